@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChannelsExtConfig(AppConfig):
+    name = "channels_ext"
+    verbose_name = "Chat channels"

@@ -1,0 +1,215 @@
+"""Gateway settings, read from the environment (CONTRACT §2).
+
+Every variable goes through one of the small helpers below, which raise
+ImproperlyConfigured with the variable's name on a bad value.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("GATEWAY_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return default if value in (None, "") else value
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be 0/1/true/false, got {value!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
+
+
+def _secret_key() -> str:
+    configured = env_str("GATEWAY_SECRET_KEY")
+    if configured:
+        return configured
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("GATEWAY_DEBUG", False)
+ALLOWED_HOSTS = ["*"]
+GATEWAY_PUBLIC_URL = (env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8000") or "").rstrip("/")
+GATEWAY_CONFIG = env_str("GATEWAY_CONFIG")
+CSRF_TRUSTED_ORIGINS = [GATEWAY_PUBLIC_URL]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "approvals",
+    "hooks",
+    "channels_ext",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gateway.urls"
+ASGI_APPLICATION = "gateway.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gateway.sqlite3'}")
+try:
+    _db = dj_database_url.parse(DATABASE_URL)
+except Exception as exc:  # dj-database-url raises several types on junk
+    raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + IMMEDIATE transactions let the server, worker and beat share one file.
+    _db.setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Django's psycopg pool: async code paths borrow a connection per read and give it back.
+    _db["CONN_MAX_AGE"] = 0
+    _db.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("GATEWAY_DB_POOL_SIZE", 20),
+        "timeout": 10,
+    }
+DATABASES = {"default": _db}
+IS_POSTGRES = _db["ENGINE"] == "django.db.backends.postgresql"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, channel layer, Celery -----------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("GATEWAY_CHANNEL_PREFIX", "gateway")},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+_broker_dir = VAR_DIR / "celery-broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The embedded broker for `make run`: a folder shared by server, worker and beat.
+    (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
+    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
+    "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
+    "run-timers": {"task": "approvals.tasks.run_timers", "schedule": 5.0},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Gateway behaviour -----------------------------------------------------
+GATEWAY_WAIT_MAX_SECONDS = env_int("GATEWAY_WAIT_MAX_SECONDS", 60)
+GATEWAY_WAIT_RECHECK_SECONDS = env_int("GATEWAY_WAIT_RECHECK_SECONDS", 5)
+GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = env_int("GATEWAY_OUTBOX_RELAY_AFTER_SECONDS", 10)
+GATEWAY_OUTBOX_MAX_ATTEMPTS = env_int("GATEWAY_OUTBOX_MAX_ATTEMPTS", 8)
+GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS = env_int("GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS", 86400)
+
+# --- DRF -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["approvals.api.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "approvals.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Approval gateway agent API",
+    "DESCRIPTION": "Human-in-the-loop approval gateway for AI agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Misc ------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "gateway": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "approvals": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "hooks": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "channels_ext": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+    },
+}

@@ -1,0 +1,169 @@
+"""The hook contract: what a hook sees (`HookContext`), what it answers
+(`HookResult`), and the base class every built-in kind extends.
+
+Hooks decide; they never write to the database. The services that run a
+chain (`approvals.services`) record every hook's result and perform the
+writes (tool-call record, confirmation request, outbox) in one transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import fnmatch
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+EVENTS = (
+    "session_start",
+    "pre_turn",
+    "pre_tool_use",
+    "post_tool_use",
+    "tool_error",
+    "post_turn",
+    "session_end",
+)
+# Deciding events stop at the first deny; observing events run every hook.
+DECIDING_EVENTS = frozenset({"session_start", "pre_turn", "pre_tool_use"})
+
+HookDecision = Literal["allow", "deny", "ask", "none"]
+
+
+@dataclasses.dataclass
+class HookContext:
+    """What a hook can read. `tool_args` carries the rewrites of earlier hooks."""
+
+    event: str
+    agent: str
+    session_id: str = ""
+    user_id: str = ""
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tool_name: str = ""
+    tool_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tool_call_id: str = ""
+    turn_id: str = ""
+    agent_read_only: bool = False
+    config_version: int = 0
+    # post_tool_use / tool_error
+    result: Any = None
+    error: str = ""
+    attempt: int = 1
+    elapsed_seconds: float = 0.0
+    now: dt.datetime | None = None  # injectable clock; None = timezone.now()
+    # values an outer level set (session → turn → tool call)
+    session: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def cel_variables(self) -> dict[str, Any]:
+        """The variables a `when` expression may use (CONTRACT §3b)."""
+        return {
+            "tool": self.tool_name,
+            "args": self.tool_args,
+            "user": self.user_id,
+            "session": {"id": self.session_id, **self.session},
+            "agent": self.agent,
+            "metadata": self.metadata,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class AskSpec:
+    """An approval gate's request to suspend the call until a human decides."""
+
+    gate: str  # the approval_gate hook's name
+    channel: str
+    approvers: tuple[str, ...]
+    approvals_required: int
+    timeout_seconds: int | None
+    on_timeout: Literal["deny", "allow"]
+    allow_self_approval: bool = False
+    remind_after_seconds: int | None = None
+    escalate_after_seconds: int | None = None
+    escalate_channel: str | None = None
+    escalate_approvers: tuple[str, ...] = ()
+    reason: str = ""
+
+
+_UNSET: Any = object()
+
+
+@dataclasses.dataclass
+class HookResult:
+    """One hook's answer. `decision="none"` means no opinion."""
+
+    decision: HookDecision = "none"
+    reason: str = ""
+    tool_args: dict[str, Any] | None = None  # rewritten args for later hooks and the agent
+    stored_args: dict[str, Any] | None = None  # redacted view for storage/cards/logs only
+    result: Any = _UNSET  # rewritten tool result (post_tool_use)
+    side_effects: list[str] = dataclasses.field(default_factory=list)
+    ask: AskSpec | None = None
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # injected history
+    action: str = ""  # tool_error: retry | recover | abort | raise
+    delay_seconds: float = 0.0
+
+    @property
+    def rewrote_result(self) -> bool:
+        return self.result is not _UNSET
+
+    @classmethod
+    def allow(cls, reason: str = "", **kw: Any) -> HookResult:
+        return cls(decision="allow", reason=reason, **kw)
+
+    @classmethod
+    def deny(cls, reason: str, **kw: Any) -> HookResult:
+        return cls(decision="deny", reason=reason, **kw)
+
+    @classmethod
+    def no_opinion(cls, **kw: Any) -> HookResult:
+        return cls(decision="none", **kw)
+
+
+def tool_matches(patterns: list[str] | tuple[str, ...], tool_name: str) -> bool:
+    """`*` matches all; `server__*` a prefix; anything else an exact name."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == tool_name:
+            return True
+        if pattern.endswith("*") and fnmatch.fnmatchcase(tool_name, pattern):
+            return True
+    return False
+
+
+class Hook:
+    """Base class for every hook kind.
+
+    Subclasses set `kind`, `events` (the events the kind can run at; the first
+    is its default) and `config_model`, and implement `run`.
+    """
+
+    kind: ClassVar[str]
+    events: ClassVar[tuple[str, ...]]
+    config_model: ClassVar[type[BaseModel]]
+
+    def __init__(self, config: BaseModel):
+        self.config = config
+        self.name: str = config.name  # type: ignore[attr-defined]
+        self.priority: int = config.priority  # type: ignore[attr-defined]
+        self.event: str = config.event or self.events[0]  # type: ignore[attr-defined]
+        self.on_error: str = config.on_error  # type: ignore[attr-defined]
+        when = getattr(config, "when", None)
+        self._when = None
+        if when:
+            from hooks.cel import compile_expression
+
+            self._when = compile_expression(when)
+
+    def should_trigger(self, ctx: HookContext) -> bool:
+        if ctx.event != self.event:
+            return False
+        tools = getattr(self.config, "tools", None) or ["*"]
+        if ctx.tool_name and not tool_matches(tools, ctx.tool_name):
+            return False
+        if self._when is not None:
+            from hooks.cel import evaluate
+
+            return evaluate(self._when, ctx.cel_variables())
+        return True
+
+    def run(self, ctx: HookContext) -> HookResult:
+        raise NotImplementedError
