@@ -78,14 +78,15 @@ class Callback:
     actor_name: str = ""
     reason: str = ""
     dedupe_key: str = ""  # vendor event id, when the vendor redelivers
+    dry_run: bool = False  # only say what deciding would do (e.g. before opening a reject modal)
 
 
 @dataclasses.dataclass(frozen=True)
 class DecisionOutcome:
     """What `decide(callback)` did, for the adapter to tell the clicker."""
 
-    applied: bool  # True if this click was recorded (decided, or counted toward a quorum)
-    code: str  # decided | recorded | not_approver | self_approval | already_decided | not_found | duplicate
+    applied: bool  # True if this click was recorded (or, for a dry run, would be)
+    code: str  # decided | recorded | would_apply | not_approver | self_approval | already_decided | not_found | duplicate
     message: str  # one sentence for the clicker
     card: CardView | None  # current state to redraw (None for not_found)
 

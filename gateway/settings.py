@@ -163,7 +163,6 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
     "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
-    "run-timers": {"task": "approvals.tasks.run_timers", "schedule": 5.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

@@ -94,10 +94,10 @@ class HookResult:
     decision: HookDecision = "none"
     reason: str = ""
     tool_args: dict[str, Any] | None = None  # rewritten args for later hooks and the agent
-    stored_args: dict[str, Any] | None = None  # redacted view for storage/cards/logs only
     result: Any = _UNSET  # rewritten tool result (post_tool_use)
     side_effects: list[str] = dataclasses.field(default_factory=list)
     ask: AskSpec | None = None
+    ask_via: str = ""  # a policy's ask: the name of the approval_gate that should ask
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # injected history
     action: str = ""  # tool_error: retry | recover | abort | raise
     delay_seconds: float = 0.0
@@ -167,3 +167,7 @@ class Hook:
 
     def run(self, ctx: HookContext) -> HookResult:
         raise NotImplementedError
+
+    def mask(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Override to mask what is stored, shown and logged (never what the agent gets)."""
+        return args

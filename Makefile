@@ -1,0 +1,34 @@
+# `make run`  — the whole gateway on embedded defaults (SQLite in var/, no broker or cache to install).
+# `make test` — the whole suite against the real PostgreSQL and Redis of this machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gateway} \
+	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
+	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/5} \
+	GATEWAY_VAR_DIR=$(CURDIR)/var/test
+
+.PHONY: install run test bench migrate
+install: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $(STAMP)
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+run: install
+	$(PY) scripts/run.py
+
+test: install
+	bash scripts/ensure-services.sh
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	bash scripts/ensure-services.sh
+	$(PY) bench/run.py

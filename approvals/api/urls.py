@@ -1,0 +1,34 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from approvals.api import views
+
+EVENTS = {
+    "session-start": "session_start",
+    "pre-turn": "pre_turn",
+    "post-tool-use": "post_tool_use",
+    "tool-error": "tool_error",
+    "post-turn": "post_turn",
+    "session-end": "session_end",
+}
+
+urlpatterns = [
+    path("hooks/pre-tool-use", views.PreToolUseApi.as_view(), name="api-pre-tool-use"),
+    *[
+        path(f"hooks/{slug}", views.HookEventApi.as_view(event=event), name=f"api-{slug}")
+        for slug, event in EVENTS.items()
+    ],
+    path("confirmations/<str:confirmation_id>", views.ConfirmationDetailApi.as_view(), name="api-confirmation"),
+    path("confirmations/<str:confirmation_id>/wait", views.ConfirmationWaitApi.as_view(), name="api-confirmation-wait"),
+    path(
+        "confirmations/<str:confirmation_id>/cancel",
+        views.ConfirmationCancelApi.as_view(),
+        name="api-confirmation-cancel",
+    ),
+    path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="api-schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[]),
+        name="api-docs",
+    ),
+]

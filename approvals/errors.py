@@ -1,0 +1,40 @@
+"""The gateway's error classes; the API's exception handler turns them into
+`{"error": {"code", "message", "details"}}` with their status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, details: Any = None):
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(GatewayError):
+    status = 404
+    code = "not_found"
+
+
+class InvalidInput(GatewayError):
+    status = 400
+    code = "invalid"
+
+
+class Conflict(GatewayError):
+    status = 409
+    code = "conflict"
+
+
+class AlreadyDecided(Conflict):
+    code = "already_decided"
+
+
+class IdempotencyMismatch(GatewayError):
+    status = 422
+    code = "idempotency_key_reused"

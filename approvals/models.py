@@ -1,0 +1,314 @@
+"""The gateway's records.
+
+State changes never go through `save()`: every transition is one conditional
+UPDATE in `approvals.services` (see `TRANSITIONS`). Audit rows (events,
+responses, tool calls) are append-only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from channels_ext.base import ADAPTERS
+
+
+def new_webhook_secret() -> str:
+    """A Standard Webhooks secret (`whsec_` + base64 of 24 random bytes)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+class Agent(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    read_only = models.BooleanField(
+        default=False, help_text="While on, readonly_guard hooks block this agent's write tools."
+    )
+    webhook_secret = models.CharField(
+        max_length=64,
+        default=new_webhook_secret,
+        help_text="Signs decision webhooks sent to this agent's callback_url.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def current_config(self) -> AgentConfigVersion | None:
+        return self.config_versions.order_by("-version").first()
+
+
+class AgentConfigVersion(models.Model):
+    """One applied version of an agent's hook list. Never edited; a change is a new row."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="config_versions")
+    version = models.PositiveIntegerField()
+    hooks = models.JSONField(default=list)
+    source = models.CharField(max_length=200, blank=True)  # "apply_config examples/gateway.yaml", "admin:alice"
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent", "-version"]
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="uniq_agent_config_version")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} v{self.version}"
+
+
+class ApiKey(models.Model):
+    """An agent's API key. Only a SHA-256 of the secret is stored; the key is shown once."""
+
+    PREFIX = "gw_"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    key_prefix = models.CharField(max_length=16, db_index=True)  # shown in the admin to tell keys apart
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.key_prefix}… ({self.agent.name})"
+
+    @staticmethod
+    def hash_key(raw_key: str) -> str:
+        return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class Channel(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=20, choices=[(k, k) for k in ADAPTERS])
+    config = models.JSONField(default=dict, help_text="The channel's keys from the config file (secrets included).")
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED})
+# The only moves a confirmation request can make; each is one conditional UPDATE.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Status.PENDING: frozenset(FINAL_STATUSES),
+    Status.APPROVED: frozenset(),
+    Status.REJECTED: frozenset(),
+    Status.EXPIRED: frozenset(),
+    Status.CANCELLED: frozenset(),
+}
+
+
+class ConfirmationRequest(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="confirmations")
+    session_id = models.CharField(max_length=200, blank=True, db_index=True)
+    tool_name = models.CharField(max_length=200, db_index=True)
+    tool_args = models.JSONField(default=dict, help_text="As stored: redacted where a redact hook says so.")
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    user_id = models.CharField(max_length=200, blank=True, db_index=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="confirmations")
+    approvers = models.JSONField(default=list, blank=True)  # channel-native ids; [] = any member
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    allow_self_approval = models.BooleanField(default=False)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
+    reason = models.TextField(blank=True, help_text="Why the call was gated.")
+    hook_name = models.CharField(max_length=100, blank=True)
+    config_version = models.PositiveIntegerField(default=0)
+    decided_by = models.CharField(max_length=200, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=5, choices=[("deny", "deny"), ("allow", "allow")], default="deny")
+    remind_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_channel = models.ForeignKey(
+        Channel, on_delete=models.PROTECT, null=True, blank=True, related_name="escalated_confirmations"
+    )
+    escalate_approvers = models.JSONField(default=list, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    callback_url = models.URLField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # the expiry sweep: pending rows by deadline
+            models.Index(fields=["expires_at"], condition=Q(status="pending"), name="cr_pending_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} [{self.status}] {self.id}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+
+class ApproverResponse(models.Model):
+    """One approver's answer. Unique per approver: a second click changes nothing."""
+
+    confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="responses")
+    approver = models.CharField(max_length=200)
+    decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
+    reason = models.TextField(blank=True)
+    channel = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["confirmation", "approver"], name="uniq_response_per_approver")
+        ]
+
+
+class EventKind(models.TextChoices):
+    CREATED = "created"
+    CARD_POSTED = "card_posted"
+    CARD_FAILED = "card_failed"
+    CARD_UPDATED = "card_updated"
+    RESPONSE = "response"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    REFUSED_CLICK = "refused_click"
+    LATE_CLICK = "late_click"
+    REMINDED = "reminded"
+    ESCALATED = "escalated"
+    WEBHOOK_SENT = "webhook_sent"
+    WEBHOOK_FAILED = "webhook_failed"
+
+
+class ConfirmationEvent(models.Model):
+    """The append-only trail of one request."""
+
+    confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    actor = models.CharField(max_length=200, blank=True)
+    channel = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.actor}".strip()
+
+
+class CallbackReceipt(models.Model):
+    """Vendor event ids already handled, so a redelivered callback changes nothing."""
+
+    channel = models.CharField(max_length=64)
+    key = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["channel", "key"], name="uniq_callback_receipt")]
+
+
+class ToolCall(models.Model):
+    """Every pre-tool-use call, with each hook's decision, and its completion."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tool_calls")
+    session_id = models.CharField(max_length=200, blank=True, db_index=True)
+    tool_call_id = models.CharField(max_length=200, blank=True, db_index=True)
+    tool_name = models.CharField(max_length=200, db_index=True)
+    tool_args = models.JSONField(default=dict, help_text="As stored: redacted where a redact hook says so.")
+    user_id = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    decision = models.CharField(max_length=8)  # allow | deny | pending | skip
+    reason = models.TextField(blank=True)
+    decided_by_hook = models.CharField(max_length=100, blank=True)
+    hook_decisions = models.JSONField(default=list)
+    config_version = models.PositiveIntegerField(default=0)
+    confirmation = models.OneToOneField(
+        ConfirmationRequest, on_delete=models.SET_NULL, null=True, blank=True, related_name="tool_call"
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+    response = models.JSONField(default=dict, blank=True)  # the answer first given (args as the agent got them)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # completion (post-tool-use)
+    outcome = models.CharField(max_length=16, blank=True)  # success | error
+    result = models.JSONField(null=True, blank=True)
+    result_size = models.PositiveIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="uniq_toolcall_idempotency_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} → {self.decision}"
+
+
+class OutboxKind(models.TextChoices):
+    CARD = "card"  # post a card
+    UPDATE = "update"  # redraw every posted card of the request
+    REMIND = "remind"  # re-ping approvers
+    WEBHOOK = "webhook"  # POST the final decision to the agent's callback_url
+
+
+class OutboxStatus(models.TextChoices):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class Outbox(models.Model):
+    """Work to do outside the database, written in the same transaction as the change that needs it."""
+
+    confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="outbox")
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, null=True, blank=True)
+    kind = models.CharField(max_length=8, choices=OutboxKind.choices)
+    dedupe_key = models.CharField(max_length=200, unique=True)
+    status = models.CharField(max_length=8, choices=OutboxStatus.choices, default=OutboxStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    message_ref = models.JSONField(null=True, blank=True)  # Slack channel+ts, Feishu message_id…
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "outbox"
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} → {self.channel or 'webhook'} [{self.status}]"

@@ -1,0 +1,208 @@
+"""Every read the gateway makes, and the views of rows that callers share."""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.urls import reverse
+
+from approvals.errors import NotFound
+from approvals.models import Agent, ApiKey, Channel, ConfirmationRequest, Outbox, OutboxKind, OutboxStatus, Status
+from channels_ext.base import CardView, ChannelAdapter, get_adapter
+
+if TYPE_CHECKING:
+    from approvals.services import PreToolUseAnswer
+    from hooks.base import Hook
+
+
+def api_key_lookup(*, raw_key: str) -> ApiKey | None:
+    """The live key matching a presented secret, with its agent; None if unknown or revoked."""
+    if not raw_key:
+        return None
+    return (
+        ApiKey.objects.select_related("agent")
+        .filter(key_hash=ApiKey.hash_key(raw_key), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def agent_hooks(*, agent: Agent) -> tuple[int, list[Hook]]:
+    """The agent's current hook version and its built hooks (cached per version)."""
+    current = agent.config_versions.order_by("-version").values_list("version", "hooks").first()
+    if current is None:
+        return 0, []
+    version, hooks = current
+    return version, list(_built_hooks(json.dumps(hooks, sort_keys=True)))
+
+
+@functools.lru_cache(maxsize=512)
+def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
+    """Hooks built from a stored hook list; cached by content, so a new version builds anew."""
+    from hooks.registry import registry
+    from hooks.schema import validate_agent_hooks
+
+    return tuple(registry.build(validate_agent_hooks(json.loads(hooks_json))))
+
+
+def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> ConfirmationRequest:
+    """One of this agent's requests. Another agent's id, or junk, is a 404."""
+    try:
+        pk = uuid.UUID(str(confirmation_id))
+    except ValueError:
+        raise NotFound(f"no confirmation request {confirmation_id!r}") from None
+    confirmation = ConfirmationRequest.objects.select_related("agent", "channel").filter(pk=pk, agent=agent).first()
+    if confirmation is None:
+        raise NotFound(f"no confirmation request {confirmation_id}")
+    return confirmation
+
+
+def confirmation_url(confirmation: ConfirmationRequest | str) -> str:
+    pk = confirmation.pk if isinstance(confirmation, ConfirmationRequest) else confirmation
+    return settings.GATEWAY_PUBLIC_URL + reverse("approval-page", args=[pk])
+
+
+def confirmation_as_dict(confirmation: ConfirmationRequest) -> dict[str, Any]:
+    """The contract's view of one request (CONTRACT §4)."""
+    return {
+        "id": str(confirmation.pk),
+        "status": confirmation.status,
+        "tool_name": confirmation.tool_name,
+        "tool_args": confirmation.tool_args,
+        "reason": confirmation.decision_reason if confirmation.is_final else confirmation.reason,
+        "decided_by": confirmation.decided_by or None,
+        "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else None,
+        "expires_at": confirmation.expires_at.isoformat() if confirmation.expires_at else None,
+        "url": confirmation_url(confirmation),
+    }
+
+
+def final_state_sentence(confirmation: ConfirmationRequest) -> str:
+    """One sentence a late clicker or a waiting agent can read."""
+    who = confirmation.decided_by or "someone"
+    if confirmation.status == Status.APPROVED:
+        return f"Already approved by {who}."
+    if confirmation.status == Status.REJECTED:
+        why = f": {confirmation.decision_reason}" if confirmation.decision_reason else "."
+        return f"Already rejected by {who}{why}"
+    if confirmation.status == Status.EXPIRED:
+        return "This request expired without a decision."
+    if confirmation.status == Status.CANCELLED:
+        return "This request was cancelled."
+    return "This request is still pending."
+
+
+def answer_for_confirmation(confirmation: ConfirmationRequest, *, tool_args: dict[str, Any]) -> PreToolUseAnswer:
+    """The pre-tool-use answer a request's current state implies."""
+    from approvals.services import PreToolUseAnswer
+
+    status = confirmation.status
+    who = confirmation.decided_by or "someone"
+    if status == Status.PENDING:
+        decision, reason = "pending", confirmation.reason or "waiting for a human decision"
+    elif status == Status.APPROVED:
+        decision, reason = "allow", f"approved by {who}"
+    elif status == Status.REJECTED:
+        decision = "deny"
+        if who == "gateway":
+            reason = confirmation.decision_reason
+        else:
+            reason = f"rejected by {who}" + (f": {confirmation.decision_reason}" if confirmation.decision_reason else "")
+    elif status == Status.EXPIRED:
+        decision = "allow" if confirmation.on_timeout == "allow" else "deny"
+        reason = f"no decision before the deadline (on_timeout: {confirmation.on_timeout})"
+    else:
+        decision, reason = "deny", "the request was cancelled"
+    return PreToolUseAnswer(
+        decision=decision, tool_args=tool_args, reason=reason, confirmation_id=str(confirmation.pk)
+    )
+
+
+def approvers_for_channel(confirmation: ConfirmationRequest, *, channel_name: str) -> list[str] | None:
+    """Who may decide from this channel: a list ([] = anyone there), or None if nobody can."""
+    if channel_name == confirmation.channel.name:
+        return list(confirmation.approvers)
+    if confirmation.escalate_channel_id and confirmation.escalated_at and channel_name == confirmation.escalate_channel.name:
+        return list(confirmation.escalate_approvers)
+    return None
+
+
+def approver_refusal(confirmation: ConfirmationRequest, *, channel_name: str, actor: str) -> tuple[str, str] | None:
+    """(code, sentence) if `actor` may not decide this request from `channel_name`; None if they may."""
+    allowed = approvers_for_channel(confirmation, channel_name=channel_name)
+    if allowed is None:
+        return "not_approver", "This request cannot be decided from this channel."
+    if allowed and actor not in allowed:
+        return "not_approver", "You are not one of the approvers of this request."
+    if not confirmation.allow_self_approval and confirmation.user_id and actor == confirmation.user_id:
+        return "self_approval", "You cannot approve a call made on your own behalf."
+    return None
+
+
+def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> CardView:
+    approved_by = tuple(confirmation.responses.filter(decision="approve").values_list("approver", flat=True))
+    escalated = bool(
+        confirmation.escalated_at and channel_name and channel_name == confirmation.channel.name
+    )
+    approvers = confirmation.approvers
+    if confirmation.escalate_channel_id and channel_name == getattr(confirmation.escalate_channel, "name", None):
+        approvers = confirmation.escalate_approvers
+    return CardView(
+        confirmation_id=str(confirmation.pk),
+        agent=confirmation.agent.name,
+        tool_name=confirmation.tool_name,
+        tool_args=confirmation.tool_args,
+        user_id=confirmation.user_id,
+        session_id=confirmation.session_id,
+        reason=confirmation.reason,
+        hook=confirmation.hook_name,
+        status=confirmation.status,
+        url=confirmation_url(confirmation),
+        expires_at=confirmation.expires_at,
+        approvers=tuple(approvers),
+        approvals_required=confirmation.approvals_required,
+        approved_by=approved_by,
+        decided_by=confirmation.decided_by,
+        decided_at=confirmation.decided_at,
+        decision_reason=confirmation.decision_reason,
+        escalated=escalated,
+    )
+
+
+def channel_adapter(channel: Channel) -> ChannelAdapter:
+    return get_adapter(channel.name, channel.kind, channel.config)
+
+
+def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
+    """Every card posted for this request (to redraw them all at each state change)."""
+    return list(
+        Outbox.objects.select_related("channel").filter(
+            confirmation=confirmation, kind=OutboxKind.CARD, status=OutboxStatus.SENT
+        )
+    )
+
+
+def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str):
+    """The allowed call a post-tool-use / tool-error reports on; refuses calls never allowed."""
+    from approvals.errors import Conflict, InvalidInput
+    from approvals.models import ToolCall
+
+    if not tool_call_id:
+        raise InvalidInput("tool_call_id is required for this event", details={"tool_call_id": ["required"]})
+    call = (
+        ToolCall.objects.select_related("confirmation")
+        .filter(agent=agent, session_id=session_id, tool_call_id=tool_call_id)
+        .order_by("-created_at")
+        .first()
+    )
+    if call is None:
+        raise NotFound(f"no pre-tool-use call {tool_call_id!r} in session {session_id!r}")
+    allowed = call.decision in ("allow", "skip")
+    if call.confirmation is not None:
+        allowed = answer_for_confirmation(call.confirmation, tool_args={}).decision == "allow"
+    if not allowed:
+        raise Conflict(f"tool call {tool_call_id!r} was never allowed to run", details={"decision": call.decision})
+    return call

@@ -1,0 +1,30 @@
+"""Celery tasks: thin callers of services. They take ids, never rows."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from approvals import services
+
+
+@shared_task(bind=True, max_retries=None, acks_late=True)
+def deliver_outbox(self, outbox_id: int) -> None:
+    """Send one outbox row (card, redraw, reminder, webhook); transient failures come back later."""
+    result = services.outbox_deliver(outbox_id=outbox_id)
+    if result.retry_in is not None:
+        raise self.retry(countdown=result.retry_in)
+
+
+@shared_task
+def relay_outbox() -> int:
+    """Beat: deliver rows left behind (worker died, broker down at commit, retries due)."""
+    sent = 0
+    for outbox_id in services.outbox_due_ids():
+        sent += services.outbox_deliver(outbox_id=outbox_id).sent
+    return sent
+
+
+@shared_task
+def expire_due() -> int:
+    """Beat, every ~2 s: expire pending requests past their deadline."""
+    return services.confirmation_expire_due()

@@ -1,0 +1,16 @@
+"""Test-run defaults: the real PostgreSQL and Redis of this machine.
+
+`make test` sets these too; they are here so a bare `pytest` does the same.
+Each developer can point at their own database/Redis numbers with the env vars.
+"""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gateway")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/5")
+os.environ.setdefault("GATEWAY_VAR_DIR", os.path.join(os.path.dirname(__file__), "var", "test"))
+os.environ.setdefault("GATEWAY_PUBLIC_URL", "http://testserver.invalid")
+# slack-sdk reads proxy variables and ignores NO_PROXY: never proxy our loopback fakes.
+for _name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+    os.environ.pop(_name, None)

@@ -1,0 +1,22 @@
+"""ASGI entry point `gateway.asgi:application`: HTTP (Django behind the thin
+waiting layer) and WebSocket (Channels)."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from approvals.waiting import WaitingMiddleware  # noqa: E402
+from gateway.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": WaitingMiddleware(django_asgi_app),
+        "websocket": URLRouter(websocket_urlpatterns),
+    }
+)

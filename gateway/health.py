@@ -1,0 +1,38 @@
+"""`/healthz` (the process is alive) and `/readyz` (its dependencies answer)."""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+from django.http import JsonResponse
+
+
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request):
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {exc}"
+    try:
+        from gateway.celery import app
+
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        checks["broker"] = "ok"
+    except Exception as exc:
+        checks["broker"] = f"error: {exc}"
+    try:
+        layer = get_channel_layer()
+        async_to_sync(layer.send)("readyz.probe", {"type": "readyz.probe"})
+        checks["channel_layer"] = "ok"
+    except Exception as exc:
+        checks["channel_layer"] = f"error: {exc}"
+    ready = all(v == "ok" for v in checks.values())
+    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)

@@ -1,0 +1,135 @@
+"""Waking waiting agents: the only module that knows how a state change
+reaches the processes that hold waiters.
+
+- `notify_changed(id)` runs inside the deciding transaction. On PostgreSQL it
+  issues `pg_notify`, which is delivered only if and when that transaction
+  commits (so a woken waiter always sees the new row).
+- Each server process runs one `Listener` task on its own autocommit psycopg
+  connection (never a pooled one: LISTEN is session state), resolving the
+  in-process `WaiterRegistry`: a dict of id -> set of futures.
+- NOTIFY is a hint, never the record: waiters re-read the row after waking,
+  re-check every few seconds, and all of them are re-checked after the
+  listener reconnects. Without PostgreSQL (SQLite in `make run`) waiters poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import connection
+
+logger = logging.getLogger("gateway.realtime")
+
+CHANNEL = "gateway_confirmation_changed"
+
+
+def notify_changed(confirmation_id: str) -> None:
+    """Queue a wake-up for waiters on this request; delivered at commit."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(confirmation_id)])
+
+
+class WaiterRegistry:
+    """In-process map of confirmation id -> futures of the coroutines waiting on it.
+
+    Lives on one event loop (the server's); a waiter costs one future and a set entry.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self._listener: Listener | None = None
+
+    def register(self, confirmation_id: str) -> asyncio.Future[None]:
+        self._ensure_listener()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[str(confirmation_id)].add(future)
+        return future
+
+    def unregister(self, confirmation_id: str, future: asyncio.Future[None]) -> None:
+        key = str(confirmation_id)
+        waiters = self._waiters.get(key)
+        if waiters is not None:
+            waiters.discard(future)
+            if not waiters:
+                del self._waiters[key]
+
+    def wake(self, confirmation_id: str) -> int:
+        woken = 0
+        for future in self._waiters.get(str(confirmation_id), ()):
+            if not future.done():
+                future.set_result(None)
+                woken += 1
+        return woken
+
+    def wake_all(self) -> None:
+        for key in list(self._waiters):
+            self.wake(key)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self._waiters.values())
+
+    @property
+    def push_enabled(self) -> bool:
+        """True when wake-ups are pushed (PostgreSQL); False means waiters must poll."""
+        return settings.IS_POSTGRES
+
+    def _ensure_listener(self) -> None:
+        if not self.push_enabled:
+            return
+        loop = asyncio.get_running_loop()
+        if self._listener is None or self._listener.loop is not loop or self._listener.task.done():
+            self._listener = Listener(self, loop)
+
+
+class Listener:
+    """One LISTEN connection per process and event loop; reconnects forever."""
+
+    def __init__(self, registry: WaiterRegistry, loop: asyncio.AbstractEventLoop):
+        self.registry = registry
+        self.loop = loop
+        self.connected = asyncio.Event()
+        self.task = loop.create_task(self._run(), name="gateway-listener")
+
+    async def _run(self) -> None:
+        import psycopg
+
+        backoff = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(_conninfo(), autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.connected.set()
+                    backoff = 0.5
+                    # Anything decided while we were not listening: re-check every waiter.
+                    self.registry.wake_all()
+                    async for notify in conn.notifies():
+                        self.registry.wake(notify.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # connection lost, server restart…
+                self.connected.clear()
+                logger.warning("listener connection lost (%s); reconnecting in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10)
+
+
+def _conninfo() -> str:
+    db = connection.settings_dict
+    from psycopg.conninfo import make_conninfo
+
+    params = {
+        "dbname": db["NAME"],
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "host": db.get("HOST") or None,
+        "port": str(db["PORT"]) if db.get("PORT") else None,
+    }
+    return make_conninfo(**{k: v for k, v in params.items() if v})
+
+
+waiters = WaiterRegistry()

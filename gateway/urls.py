@@ -1,0 +1,13 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from gateway import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", include("approvals.api.urls")),
+    path("channels/", include("channels_ext.urls")),
+    path("", include("channels_ext.web.urls")),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""`make run`: migrate, prepare the demo, then run the ASGI server, a Celery
+worker and Celery beat together until Ctrl-C stops them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+HOST = os.environ.get("GATEWAY_HOST", "127.0.0.1")
+PORT = os.environ.get("GATEWAY_PORT", "8000")
+
+
+def main() -> int:
+    os.chdir(ROOT)
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
+    subprocess.run([PY, "manage.py", "demo_setup"], check=True, env=env)
+    procs = {
+        "server": subprocess.Popen(
+            [PY, "-m", "uvicorn", "gateway.asgi:application", "--host", HOST, "--port", PORT, "--log-level", "warning"],
+            env=env,
+        ),
+        "worker": subprocess.Popen(
+            [PY, "-m", "celery", "-A", "gateway", "worker", "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING"],
+            env=env,
+        ),
+        "beat": subprocess.Popen(
+            [PY, "-m", "celery", "-A", "gateway", "beat", "--loglevel", "WARNING"],
+            env=env,
+        ),
+    }
+    print(f"\nRunning: server on http://{HOST}:{PORT}, Celery worker and beat. Ctrl-C stops everything.\n", flush=True)
+    try:
+        while True:
+            for name, proc in procs.items():
+                if proc.poll() is not None:
+                    print(f"{name} exited with {proc.returncode}; stopping the rest", file=sys.stderr)
+                    return proc.returncode or 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nStopping…", flush=True)
+        return 0
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Shared fixtures: the gateway served over real HTTP, a real Celery worker,
+and the personas every test talks about (an agent, an approver, an outsider)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+pytest_plugins = ["tests.fakes.slack_api", "tests.fakes.feishu_api"]
+
+
+class LiveGateway:
+    """`gateway.asgi:application` under uvicorn in a thread, on 127.0.0.1:<free port>."""
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        from gateway.asgi import application
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(application, log_level="warning", lifespan="off", ws="websockets-sansio")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, name="live-gateway", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> LiveGateway:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_gateway(django_db_setup, django_db_blocker):
+    gateway = LiveGateway().start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_worker_session(django_db_setup, django_db_blocker):
+    """A real Celery worker (thread) consuming the test broker on Redis."""
+    from celery.contrib.testing.worker import start_worker
+
+    from gateway.celery import app
+
+    app.control.purge()
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING") as worker:
+        yield worker
+
+
+@pytest.fixture
+def celery_worker(celery_worker_session, transactional_db):
+    """Use the shared worker in one test (its database writes are real commits)."""
+    return celery_worker_session
+
+
+# --------------------------------------------------------------------------- personas
+
+
+def apply_config(text: str) -> None:
+    """Apply a YAML config exactly as `manage.py apply_config` would."""
+    from approvals import services
+    from hooks.schema import parse_config_text
+
+    services.config_apply(config=parse_config_text(text), source="test")
+
+
+WEB_GATE_CONFIG = """
+channels:
+  - {name: web, kind: web}
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["oa__purchase_pay", "fs__*"]
+        channel: web
+        approvers: ["alice", "bob"]
+        timeout_seconds: 1800
+  - name: other-bot
+    hooks: []
+"""
+
+
+class AgentClient:
+    """An agent talking to the live gateway over HTTP with its API key."""
+
+    def __init__(self, base_url: str, key: str, agent):
+        self.key = key
+        self.agent = agent
+        self.http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+    def pre_tool_use(self, tool_name: str, tool_args: dict | None = None, **extra) -> httpx.Response:
+        body = {"session_id": "s-1", "tool_name": tool_name, "tool_args": tool_args or {}, **extra}
+        return self.http.post("/api/v1/hooks/pre-tool-use", json=body)
+
+    def wait(self, confirmation_id: str, timeout: float = 10) -> httpx.Response:
+        return self.http.get(f"/api/v1/confirmations/{confirmation_id}/wait", params={"timeout": timeout})
+
+
+def make_agent_client(live_gateway, agent_name: str) -> AgentClient:
+    from approvals import services
+    from approvals.models import Agent
+
+    agent = Agent.objects.get(name=agent_name)
+    _, raw = services.api_key_create(agent=agent)
+    return AgentClient(live_gateway.url, raw, agent)
+
+
+@pytest.fixture
+def web_gate(transactional_db):
+    apply_config(WEB_GATE_CONFIG)
+
+
+@pytest.fixture
+def agent(live_gateway, web_gate) -> AgentClient:
+    """purchasing-bot: oa__purchase_pay and fs__* need alice's or bob's approval on the web channel."""
+    return make_agent_client(live_gateway, "purchasing-bot")
+
+
+@pytest.fixture
+def other_agent(live_gateway, web_gate) -> AgentClient:
+    return make_agent_client(live_gateway, "other-bot")
+
+
+def decide(confirmation_id: str, decision: str, actor: str = "alice", reason: str = "", channel: str = "web"):
+    """An approver's click, through the same service every channel calls."""
+    from approvals import services
+    from channels_ext.base import Callback
+
+    return services.confirmation_respond(
+        channel_name=channel,
+        callback=Callback(confirmation_id=str(confirmation_id), decision=decision, actor=actor, reason=reason),
+    )
