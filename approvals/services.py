@@ -466,7 +466,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
     # Row lock: responses to one request are counted one at a time (quorum), and
     # a click and the expiry sweep cannot interleave.
     confirmation = (
-        ConfirmationRequest.objects.select_for_update()
+        ConfirmationRequest.objects.select_for_update(of=("self",))
         .select_related("agent", "channel", "escalate_channel")
         .filter(pk=callback.confirmation_id)
         .first()

@@ -1,0 +1,479 @@
+"""Feishu / Lark channel (CONTRACT §3 `kind: feishu`, §5 chat callbacks).
+
+Cards go out through lark-oapi's client (`im.v1.message.create` / `patch`).
+Card callbacks (`card.action.trigger`, card JSON 2.0) are authenticated here
+— replay window, signature, decryption, verification token — and then handed
+to lark-oapi's event dispatcher, which types the event and serialises our
+answer. Works for Feishu (open.feishu.cn) and Lark (open.larksuite.com) alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import hmac
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import lark_oapi as lark
+import requests
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    CreateMessageResponse,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
+    PatchMessageResponse,
+)
+from lark_oapi.core.exception import NoAuthorizationException, ObtainAccessTokenException, UnmarshalException
+from lark_oapi.core.token.manager import TokenManager
+from lark_oapi.core.utils import AESCipher
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger, P2CardActionTriggerResponse
+
+from channels_ext.base import (
+    Callback,
+    CallbackError,
+    CardView,
+    ChannelAdapter,
+    ChannelError,
+    Decide,
+    DecisionOutcome,
+    MessageRef,
+    unsign_confirmation_id,
+)
+from channels_ext.configs import FeishuChannelConfig
+from channels_ext.feishu.cards import REASON_INPUT_NAME, render_card
+
+# Feishu keeps a `uuid` for an hour to de-duplicate sends, and allows at most 50 characters.
+# https://open.feishu.cn/document/server-docs/im-v1/message/create
+UUID_MAX_LENGTH = 50
+# lark-oapi has no replay window at all; CONTRACT §5 refuses callbacks older than 5 minutes.
+MAX_CLOCK_SKEW_SECONDS = 300
+HTTP_TIMEOUT_SECONDS = 10
+
+CARD_ACTION_EVENT = "card.action.trigger"
+URL_VERIFICATION = "url_verification"
+
+TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"
+NONCE_HEADER = "X-Lark-Request-Nonce"
+SIGNATURE_HEADER = "X-Lark-Signature"
+LOG_ID_HEADER = "X-Tt-Logid"
+# https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control
+RATE_LIMIT_RESET_HEADER = "x-ogw-ratelimit-reset"
+
+# 99991400: the API gateway's frequency limit (HTTP 429, or 400 on older APIs);
+# 230020: the per-chat send limit of the IM API.
+_RATE_LIMIT_CODES = frozenset({99991400, 230020})
+# The tenant token was missing or refused: lark-oapi may be holding a revoked one.
+_TOKEN_REFUSED_CODES = frozenset({99991661, 99991663})
+# Token endpoint: 10003 invalid app_id, 10014 app secret invalid.
+_CREDENTIAL_CODES = frozenset({10003, 10014})
+# Answers that retrying cannot change, even when Feishu sends them with HTTP 200.
+_PERMANENT_CODES = frozenset({
+    *_TOKEN_REFUSED_CODES,
+    *_CREDENTIAL_CODES,
+    230001,  # invalid request parameter (e.g. an unknown chat_id, a malformed card)
+    230002,  # the bot is not in the chat
+    230006,  # the app's bot ability is not enabled
+    230027,  # the app lacks a permission
+    230099,  # the card JSON was refused
+    99991672,  # the app lacks the API scope
+})
+_HINTS = {
+    230002: "add the app's bot to the chat",
+    230006: "enable the bot ability of the app and publish a version",
+    230027: "grant the app the im:message:send_as_bot permission",
+    99991672: "grant the app the im:message:send_as_bot permission",
+    10003: "check the channel's app_id",
+    10014: "check the channel's app_secret",
+}
+
+LEGACY_CALLBACK_MESSAGE = (
+    "This is a legacy message-card callback (card JSON 1.0, the 'message card request URL'). "
+    "This gateway only accepts card JSON 2.0 callbacks: in the Feishu/Lark developer console, "
+    "open Events & Callbacks > Callback configuration, subscribe to card.action.trigger and set "
+    "this URL as the callback request URL."
+)
+
+Response = TypeVar("Response", bound=lark.BaseResponse)
+
+
+class FeishuAdapter(ChannelAdapter):
+    """Posts approval cards to one Feishu/Lark group chat and takes the clicks on them."""
+
+    kind = "feishu"
+    config_model = FeishuChannelConfig
+    config: FeishuChannelConfig
+
+    # ----------------------------------------------------------------- outbound
+
+    @functools.cached_property
+    def client(self) -> lark.Client:
+        """This channel's lark-oapi client; a bad `api_base_url` is a permanent ChannelError."""
+        try:
+            return (
+                lark.Client.builder()
+                .app_id(self.config.app_id)
+                .app_secret(self.config.app_secret)
+                # lark-oapi 1.7.5 accepts only a bare origin: no path, no trailing slash.
+                .domain(self.config.api_base_url.rstrip("/"))
+                .timeout(HTTP_TIMEOUT_SECONDS)
+                .log_level(lark.LogLevel.WARNING)
+                .build()
+            )
+        except ValueError as exc:
+            raise ChannelError(f"Feishu channel {self.name!r} has an unusable api_base_url: {exc}", permanent=True) from exc
+
+    def post_card(self, card: CardView, *, idempotency_key: str) -> MessageRef:
+        """Send the card to the configured chat; Feishu de-duplicates on `idempotency_key` for an hour."""
+        body = (
+            CreateMessageRequestBody.builder()
+            .receive_id(self.config.chat_id)
+            .msg_type("interactive")
+            .content(json.dumps(render_card(card), ensure_ascii=False))
+            .uuid(feishu_uuid(idempotency_key))
+            .build()
+        )
+
+        def send() -> CreateMessageResponse:
+            request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+            return self.client.im.v1.message.create(request)
+
+        response = self._call("send the card", send)
+        message = response.data
+        if message is None or not message.message_id:
+            raise ChannelError(f"Feishu accepted the card but returned no message_id (log id {_log_id(response)})")
+        return MessageRef({"message_id": message.message_id, "chat_id": message.chat_id or self.config.chat_id})
+
+    def update_card(self, card: CardView, ref: MessageRef) -> None:
+        """Redraw a posted card in place (`PATCH /im/v1/messages/{message_id}`)."""
+        message_id = ref.data.get("message_id")
+        if not message_id:
+            raise ChannelError(f"Feishu message reference {ref.data!r} has no message_id", permanent=True)
+        body = PatchMessageRequestBody.builder().content(json.dumps(render_card(card), ensure_ascii=False)).build()
+
+        def send() -> PatchMessageResponse:
+            request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+            return self.client.im.v1.message.patch(request)
+
+        self._call("update the card", send)
+
+    def _call(self, action: str, send: Callable[[], Response]) -> Response:
+        response = self._send(action, send)
+        if response.code in _TOKEN_REFUSED_CODES:
+            # lark-oapi caches a tenant token process-wide for its whole lifetime and never
+            # drops one Feishu has revoked (e.g. after the app secret was reset): forget it
+            # and try once more with a fresh token before calling the credentials bad.
+            _forget_tenant_token(self.config.app_id)
+            response = self._send(action, send)
+        if not response.success():
+            raise _api_error(action, response)
+        return response
+
+    def _send(self, action: str, send: Callable[[], Response]) -> Response:
+        # lark-oapi returns API failures as responses but raises for token failures and
+        # for bodies that are not JSON, and never retries: map each to one ChannelError.
+        try:
+            return send()
+        except ObtainAccessTokenException as exc:
+            raise _token_error(self.config.app_id, exc.code, exc.msg) from exc
+        except NoAuthorizationException as exc:
+            raise ChannelError(f"Feishu channel {self.name!r}: {exc.msg}", permanent=True) from exc
+        except requests.RequestException as exc:
+            raise ChannelError(f"Could not reach Feishu to {action}: {type(exc).__name__}: {exc}") from exc
+        except (ValueError, UnmarshalException) as exc:
+            # An HTML error page from a gateway in front of Feishu makes the SDK raise JSONDecodeError.
+            raise ChannelError(f"Feishu answered '{action}' with a body that is not Feishu JSON: {exc}") from exc
+
+    # ------------------------------------------------------------------ inbound
+
+    def handle_callback(self, request: HttpRequest, decide: Decide) -> HttpResponse:
+        """Authenticate a Feishu callback, decide a click, and answer with a toast and the redrawn card.
+
+        Raises CallbackError(401) for anything unsigned, badly signed, stale,
+        undecryptable or carrying the wrong verification token, and
+        CallbackError(400) for malformed or legacy (card JSON 1.0) payloads;
+        `decide` is only called after all of that passed.
+        """
+        outer = _json_object(request.body, "the callback body")
+        if _is_legacy_card_action(outer):
+            raise CallbackError(400, LEGACY_CALLBACK_MESSAGE)
+        payload = self._authenticated_payload(request, outer)
+        if _is_legacy_card_action(payload):
+            raise CallbackError(400, LEGACY_CALLBACK_MESSAGE)
+        self._check_verification_token(payload)
+
+        if payload.get("type") == URL_VERIFICATION:
+            return JsonResponse({"challenge": str(payload.get("challenge", ""))})
+        event_type = _event_type(payload)
+        if event_type == CARD_ACTION_EVENT:
+            return self._answer_card_action(request, payload, decide)
+        if event_type is None:
+            raise CallbackError(400, "the body is not a Feishu event or callback this gateway recognises")
+        return JsonResponse({})  # a recognised event we do not use: 200 so Feishu does not retry
+
+    def _authenticated_payload(self, request: HttpRequest, outer: dict[str, Any]) -> dict[str, Any]:
+        """The callback's plaintext, once its signature, age and encryption have been checked."""
+        encrypt_key = self.config.encrypt_key
+        if not encrypt_key:
+            # Plain callbacks: Feishu does not sign them, the verification token is the only check.
+            if "encrypt" in outer:
+                raise CallbackError(401, "the callback is encrypted but this channel has no encrypt_key configured")
+            return outer
+
+        timestamp = request.headers.get(TIMESTAMP_HEADER)
+        nonce = request.headers.get(NONCE_HEADER)
+        signature = request.headers.get(SIGNATURE_HEADER)
+        if timestamp is None or nonce is None or signature is None:
+            return self._unsigned_url_verification(outer)
+        _check_timestamp(timestamp)
+        signed = (timestamp + nonce + encrypt_key).encode() + request.body
+        if not _digest_matches(hashlib.sha256(signed).hexdigest(), signature):
+            legacy = (timestamp + nonce + self.config.verification_token).encode() + request.body
+            if _digest_matches(hashlib.sha1(legacy).hexdigest(), signature):
+                raise CallbackError(400, LEGACY_CALLBACK_MESSAGE)
+            raise CallbackError(401, f"the {SIGNATURE_HEADER} header does not match the body")
+        return self._decrypt(outer) if "encrypt" in outer else outer
+
+    def _unsigned_url_verification(self, outer: dict[str, Any]) -> dict[str, Any]:
+        # Feishu does not sign the url_verification handshake (lark-oapi skips the signature
+        # for it too); with an encrypt key configured, everything else must be signed. Every
+        # failure here gets the same answer, so an unsigned request learns nothing about
+        # whether its ciphertext decrypted.
+        refused = CallbackError(
+            401, f"the callback is not signed ({SIGNATURE_HEADER} headers missing) but an encrypt_key is configured"
+        )
+        try:
+            payload = self._decrypt(outer) if "encrypt" in outer else outer
+        except CallbackError:
+            raise refused from None
+        if payload.get("type") != URL_VERIFICATION:
+            raise refused
+        return payload
+
+    def _decrypt(self, outer: dict[str, Any]) -> dict[str, Any]:
+        encrypted = outer.get("encrypt")
+        if not isinstance(encrypted, str) or not encrypted:
+            raise CallbackError(401, "the callback's encrypt field is empty")
+        try:
+            plaintext = AESCipher(self.config.encrypt_key).decrypt_str(encrypted)
+        except ValueError:  # bad base64, length, padding or UTF-8
+            raise CallbackError(401, "the callback could not be decrypted with this channel's encrypt_key") from None
+        return _json_object(plaintext.encode(), "the decrypted callback")
+
+    def _check_verification_token(self, payload: dict[str, Any]) -> None:
+        if payload.get("schema") == "2.0":
+            header = payload.get("header")
+            token = header.get("token") if isinstance(header, dict) else None
+        else:  # url_verification and v1 events carry it at the top level
+            token = payload.get("token")
+        expected = self.config.verification_token
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), expected.encode()):
+            raise CallbackError(401, "the callback's verification token does not match this channel's")
+
+    def _answer_card_action(self, request: HttpRequest, payload: dict[str, Any], decide: Decide) -> HttpResponse:
+        payload = _with_decoded_values(payload)
+        callback = parse_card_action(payload)
+        failures: list[Exception] = []
+
+        def on_card_action(_event: P2CardActionTrigger) -> P2CardActionTriggerResponse:
+            try:
+                return P2CardActionTriggerResponse(click_answer(decide(callback)))
+            except Exception as exc:
+                failures.append(exc)  # re-raised below: the dispatcher would turn it into a 500 body
+                raise
+
+        # The dispatcher gets the plaintext authenticated above (hence no encrypt key here;
+        # it still checks the token): lark-oapi 1.7.5 answers every failure with HTTP 500,
+        # has no replay window, and its typed model rejects a button value sent as a string.
+        dispatcher = (
+            lark.EventDispatcherHandler.builder("", self.config.verification_token)
+            .register_p2_card_action_trigger(on_card_action)
+            .build()
+        )
+        raw = lark.RawRequest()
+        raw.uri = request.path
+        raw.body = json.dumps(payload).encode()
+        raw.headers = dict(request.headers)  # lark reads exact-case names, e.g. X-Request-Id
+        answer = dispatcher.do(raw)
+        if failures:
+            raise failures[0]
+        if answer.status_code != 200 or answer.content is None:
+            raise CallbackError(400, "the card.action.trigger payload does not have the shape Feishu documents")
+        return HttpResponse(answer.content, content_type="application/json; charset=utf-8")
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def feishu_uuid(idempotency_key: str) -> str:
+    """The `uuid` Feishu de-duplicates a send on: the key itself, or its hash if too long."""
+    if len(idempotency_key) <= UUID_MAX_LENGTH:
+        return idempotency_key
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:UUID_MAX_LENGTH]
+
+
+def parse_card_action(payload: dict[str, Any]) -> Callback:
+    """A verified `card.action.trigger` payload as a Callback; CallbackError(400) if it is not ours."""
+    header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
+    event = _member(payload, "event")
+    action = _member(event, "action")
+    value = _member(action, "value")
+    decision = value.get("decision")
+    if decision not in ("approve", "reject"):
+        raise CallbackError(400, "the button value carries no approve/reject decision")
+    signed_id = value.get("confirmation_id")
+    if not isinstance(signed_id, str):
+        raise CallbackError(400, "the button value carries no confirmation_id")
+    confirmation_id = unsign_confirmation_id(signed_id)
+    operator = _member(event, "operator")
+    actor = operator.get("open_id")
+    if not isinstance(actor, str) or not actor:
+        raise CallbackError(400, "the callback names no operator open_id")
+    reason = ""
+    if decision == "reject":
+        form_value = action.get("form_value")
+        typed = form_value.get(REASON_INPUT_NAME) if isinstance(form_value, dict) else None
+        reason = typed.strip() if isinstance(typed, str) else ""
+    return Callback(
+        confirmation_id=confirmation_id,
+        decision=decision,
+        actor=actor,
+        reason=reason,
+        dedupe_key=str(header.get("event_id") or ""),
+    )
+
+
+def click_answer(outcome: DecisionOutcome) -> dict[str, Any]:
+    """The synchronous answer to a click: always a toast, plus the redrawn card when there is one.
+
+    Never a bare `{}`: Feishu shows the clicker error 200340 for that.
+    https://open.feishu.cn/document/feishu-cards/card-callback-communication
+    """
+    message = outcome.message or ("Done." if outcome.applied else "Nothing was changed.")
+    answer: dict[str, Any] = {"toast": {"type": _toast_type(outcome), "content": message}}
+    if outcome.card is not None:
+        answer["card"] = {"type": "raw", "data": render_card(outcome.card)}
+    return answer
+
+
+def _toast_type(outcome: DecisionOutcome) -> str:
+    if outcome.applied:
+        return "info" if outcome.code == "would_apply" else "success"
+    if outcome.code == "duplicate":
+        return "info"
+    if outcome.code == "not_found":
+        return "error"
+    return "warning"  # not an approver, self-approval, already decided, expired
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise CallbackError(400, f"{what} is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise CallbackError(400, f"{what} is not a JSON object")
+    return parsed
+
+
+def _member(container: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = container.get(key)
+    if not isinstance(value, dict):
+        raise CallbackError(400, f"the card.action.trigger payload has no {key!r} object")
+    return value
+
+
+def _with_decoded_values(payload: dict[str, Any]) -> dict[str, Any]:
+    """A copy whose `action.value` / `action.form_value` are objects even if sent as JSON strings."""
+    payload = copy.deepcopy(payload)
+    action = payload.get("event", {}).get("action") if isinstance(payload.get("event"), dict) else None
+    if not isinstance(action, dict):
+        return payload
+    for key in ("value", "form_value"):
+        if isinstance(action.get(key), str):
+            try:
+                action[key] = json.loads(action[key])
+            except ValueError:
+                raise CallbackError(400, f"action.{key} is a string that is not JSON") from None
+    return payload
+
+
+def _is_legacy_card_action(payload: Mapping[str, Any]) -> bool:
+    """The flat JSON 1.0 card callback: open_message_id and action at the top level."""
+    return "schema" not in payload and "open_message_id" in payload and "action" in payload
+
+
+def _event_type(payload: Mapping[str, Any]) -> str | None:
+    if payload.get("schema") == "2.0":
+        header = payload.get("header")
+        event_type = header.get("event_type") if isinstance(header, dict) else None
+        return event_type if isinstance(event_type, str) and event_type else None
+    if payload.get("type") == "event_callback" and isinstance(payload.get("event"), dict):
+        return str(payload["event"].get("type") or "event_callback")  # a v1 event
+    return None
+
+
+def _check_timestamp(raw: str) -> None:
+    try:
+        sent_at = int(raw)
+    except ValueError:
+        raise CallbackError(401, f"{TIMESTAMP_HEADER} is not a unix time in seconds") from None
+    if abs(time.time() - sent_at) > MAX_CLOCK_SKEW_SECONDS:
+        raise CallbackError(401, f"{TIMESTAMP_HEADER} is more than {MAX_CLOCK_SKEW_SECONDS} s away from now")
+
+
+def _digest_matches(expected_hex: str, received: str) -> bool:
+    return hmac.compare_digest(expected_hex.encode(), received.strip().lower().encode())
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    # RawResponse.headers is a plain dict of the names as the server sent them.
+    for key, value in (headers or {}).items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _log_id(response: lark.BaseResponse) -> str:
+    return _header(response.raw.headers if response.raw else None, LOG_ID_HEADER) or "-"
+
+
+def _retry_after(response: lark.BaseResponse) -> float | None:
+    raw = _header(response.raw.headers if response.raw else None, RATE_LIMIT_RESET_HEADER)
+    try:
+        seconds = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _api_error(action: str, response: lark.BaseResponse) -> ChannelError:
+    status = response.raw.status_code if response.raw else None
+    code = response.code
+    message = f"Feishu could not {action}: code {code}: {response.msg} (HTTP {status}, log id {_log_id(response)})"
+    if code in _HINTS:
+        message += f"; {_HINTS[code]}"
+    if status == 429 or code in _RATE_LIMIT_CODES:
+        return ChannelError(message, retry_after=_retry_after(response))
+    if code in _PERMANENT_CODES or (status is not None and 400 <= status < 500):
+        return ChannelError(message, permanent=True)
+    return ChannelError(message)
+
+
+def _token_error(app_id: str, code: int | None, msg: str | None) -> ChannelError:
+    message = f"Feishu refused a tenant access token for app {app_id}: code {code}: {msg}"
+    if code in _HINTS:
+        message += f"; {_HINTS[code]}"
+    return ChannelError(message, permanent=code in _CREDENTIAL_CODES)
+
+
+def _forget_tenant_token(app_id: str) -> None:
+    # Key format of lark-oapi 1.7.5's TokenManager.get_self_tenant_token; an expiry
+    # in the past makes LocalCache.get drop the entry.
+    TokenManager.cache.set(f"self_tenant_token:{app_id}", "", 0)

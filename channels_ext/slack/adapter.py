@@ -1,0 +1,420 @@
+"""The Slack channel: approval cards over the Web API, clicks over interactivity.
+
+Outbound calls go through slack-sdk's `WebClient`; inbound callbacks are
+verified with slack-sdk's `SignatureVerifier` before anything is parsed.
+Protocol notes: /work/shared/protocols/slack-feishu.md §1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+from collections.abc import Callable
+from http.client import HTTPException
+from typing import Any, ClassVar
+from urllib.parse import parse_qs
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
+from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web import SlackResponse
+
+from channels_ext.base import (
+    Callback,
+    CallbackError,
+    CardView,
+    ChannelAdapter,
+    ChannelError,
+    Decide,
+    MessageRef,
+    sign_confirmation_id,
+    unsign_confirmation_id,
+)
+from channels_ext.configs import SlackChannelConfig
+from channels_ext.slack import cards
+from channels_ext.slack.tasks import send_response_url
+
+logger = logging.getLogger(__name__)
+
+# Errors that retrying cannot fix: bad credentials, a channel we cannot post to,
+# a message we built wrong or can no longer edit.
+PERMANENT_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "missing_scope",
+        "invalid_blocks",
+        "msg_too_long",
+        "no_text",
+        "message_not_found",
+        "cant_update_message",
+        "edit_window_closed",
+    }
+)
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class _User(_Payload):
+    id: str = Field(min_length=1)
+    name: str = ""
+    username: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.username
+
+
+class _Action(_Payload):
+    action_id: str
+    value: str = ""
+
+
+class _Container(_Payload):
+    channel_id: str = ""
+    message_ts: str = ""
+
+
+class _BlockActions(_Payload):
+    user: _User
+    actions: list[_Action] = Field(min_length=1)
+    trigger_id: str = ""
+    response_url: str = ""
+    container: _Container = _Container()
+
+
+class _ViewState(_Payload):
+    values: dict[str, dict[str, dict[str, Any]]]
+
+
+class _View(_Payload):
+    callback_id: str = ""
+    private_metadata: str = ""
+    state: _ViewState
+
+
+class _ViewSubmission(_Payload):
+    user: _User
+    view: _View
+
+
+class _RejectMetadata(_Payload):
+    """What the reject modal carries from the click to the submission."""
+
+    confirmation: str = Field(min_length=1)  # the signed confirmation id, as on the button
+    response_url: str = ""
+    channel: str = ""
+    ts: str = ""
+
+
+def _parse(model: type[_Payload], data: Any, what: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise CallbackError(400, f"malformed Slack {what}: {err.error_count()} problem(s)") from None
+
+
+def _header(headers: Any, name: str) -> str | None:
+    for key, value in (headers or {}).items():
+        if key.lower() == name.lower():
+            return value[0] if isinstance(value, list) else value
+    return None
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = _header(headers, "Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _api_error(method: str, err: SlackApiError) -> ChannelError:
+    """Class a SlackApiError (raised after the SDK's own retries) as permanent or transient."""
+    response = err.response
+    status = response.status_code
+    data = response.data if isinstance(response.data, dict) else {}
+    code = str(data.get("error") or f"http_{status}")[:100]
+    message = f"slack {method} failed: {code}"
+    if status == 429:
+        return ChannelError(message, retry_after=_retry_after(response.headers))
+    if code in PERMANENT_ERRORS:
+        return ChannelError(message, permanent=True)
+    if 400 <= status < 500 and status != 408:
+        # e.g. 404 from a wrong api_base_url: a configuration problem, not a blip.
+        return ChannelError(message, permanent=True)
+    return ChannelError(message)
+
+
+class SlackAdapter(ChannelAdapter):
+    """Posts approval cards to one Slack channel and handles their button clicks."""
+
+    kind = "slack"
+    config_model = SlackChannelConfig
+    config: SlackChannelConfig
+
+    http_timeout: ClassVar[int] = 10
+    # views.open must use the click's trigger_id within 3 s, inside Slack's own 3 s
+    # answer budget: no rate-limit sleeps, a short timeout.
+    # https://docs.slack.dev/interactivity/handling-user-interaction#modal_responses
+    interactive_timeout: ClassVar[int] = 2
+
+    @functools.cached_property
+    def client(self) -> WebClient:
+        """The Web API client for card posts and edits (retries connections and 429s)."""
+        return WebClient(
+            token=self.config.bot_token,
+            base_url=self.config.api_base_url,
+            timeout=self.http_timeout,
+            # The default handlers retry only connection errors; a 429 would raise at once.
+            retry_handlers=[ConnectionErrorRetryHandler(), RateLimitErrorRetryHandler(max_retry_count=2)],
+        )
+
+    @functools.cached_property
+    def interactive_client(self) -> WebClient:
+        """The Web API client for calls made while Slack waits for our answer."""
+        return WebClient(
+            token=self.config.bot_token,
+            base_url=self.config.api_base_url,
+            timeout=self.interactive_timeout,
+            retry_handlers=[],
+        )
+
+    # --- outbound ---------------------------------------------------------
+
+    def post_card(self, card: CardView, *, idempotency_key: str) -> MessageRef:
+        """Post the approval card to the configured channel; return its channel and ts.
+
+        Slack's chat.postMessage has no idempotency key, so `idempotency_key` is
+        unused: the caller must store the returned ref and never post twice.
+        """
+        response = self._call(
+            "chat.postMessage",
+            lambda: self.client.chat_postMessage(
+                channel=self.config.channel_id,
+                text=cards.fallback_text(card),
+                blocks=cards.card_blocks(card),
+            ),
+        )
+        channel, ts = response.get("channel"), response.get("ts")
+        if not isinstance(channel, str) or not isinstance(ts, str):
+            raise ChannelError("slack chat.postMessage failed: the answer has no channel or ts")
+        return MessageRef({"channel": channel, "ts": ts})
+
+    def update_card(self, card: CardView, ref: MessageRef) -> None:
+        """Redraw a posted card; once decided it loses its buttons and says the outcome."""
+        channel, ts = self._locate(ref)
+        self._call(
+            "chat.update",
+            lambda: self.client.chat_update(
+                channel=channel,
+                ts=ts,
+                text=cards.fallback_text(card),
+                blocks=cards.card_blocks(card),
+            ),
+        )
+
+    def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
+        """Redraw the card with `text` as a note, then mention the waiting approvers in its thread.
+
+        A chat.update notifies nobody; a thread reply with mentions does. With no
+        Slack user ids to mention (any member may decide) the redraw is all.
+        """
+        self.update_card(dataclasses.replace(card, note=text), ref)
+        waiting = [u for u in card.approvers if u not in card.approved_by and cards.is_slack_user_id(u)]
+        if not waiting:
+            return
+        channel, ts = self._locate(ref)
+        mentions = " ".join(f"<@{u}>" for u in waiting[:20])
+        self._call(
+            "chat.postMessage",
+            lambda: self.client.chat_postMessage(
+                channel=channel, thread_ts=ts, text=f"{mentions} {cards.escape(text)}"
+            ),
+        )
+
+    @staticmethod
+    def _locate(ref: MessageRef) -> tuple[str, str]:
+        channel, ts = ref.data.get("channel"), ref.data.get("ts")
+        if not isinstance(channel, str) or not isinstance(ts, str) or not channel or not ts:
+            raise ChannelError("slack message ref lacks channel or ts", permanent=True)
+        return channel, ts
+
+    @staticmethod
+    def _call(method: str, send: Callable[[], SlackResponse]) -> SlackResponse:
+        try:
+            return send()
+        except SlackApiError as err:
+            error = _api_error(method, err)
+            logger.warning("%s (status %s)", error.message, err.response.status_code)
+            raise error from None
+        except SlackRequestError as err:
+            # Raised before sending: an unusable base URL or proxy setting.
+            raise ChannelError(f"slack {method} failed: bad request setup ({err})", permanent=True) from None
+        except (OSError, HTTPException) as err:
+            # URLError, refused/reset connections and timeouts are all OSErrors.
+            logger.warning("slack %s failed: %s", method, type(err).__name__)
+            raise ChannelError(f"slack {method} failed: connection error ({type(err).__name__})") from None
+
+    # --- inbound ----------------------------------------------------------
+
+    def handle_callback(self, request: HttpRequest, decide: Decide) -> HttpResponse:
+        """Verify a Slack interactivity request, act on it, and answer within Slack's 3 s.
+
+        Handles Approve clicks, Reject clicks (which open a reason modal) and the
+        modal's submission; anything else is acknowledged and ignored.
+        """
+        body = self._verified_body(request)
+        payload = self._payload(body)
+        kind = payload["type"]
+        if kind == "block_actions":
+            return self._on_block_actions(_parse(_BlockActions, payload, "block_actions payload"), decide)
+        if kind == "view_submission" and _view_callback_id(payload) == cards.REJECT_MODAL_CALLBACK_ID:
+            return self._on_reject_submission(_parse(_ViewSubmission, payload, "view_submission payload"), decide)
+        # Recognised but not ours to act on (view_closed, other views…): a 200 stops Slack showing an error.
+        return HttpResponse(status=200)
+
+    def _verified_body(self, request: HttpRequest) -> bytes:
+        body = request.body
+        verifier = SignatureVerifier(self.config.signing_secret)
+        try:
+            valid = verifier.is_valid_request(body, request.headers)
+        except (ValueError, TypeError):
+            # slack_sdk 3.47 raises instead of answering False: int() on a non-numeric
+            # timestamp (ValueError), UTF-8 decoding of the body (UnicodeDecodeError), and
+            # hmac.compare_digest on a non-ASCII signature (TypeError).
+            valid = False
+        if not valid:
+            raise CallbackError(401, "Slack request signature is missing, stale or wrong")
+        return body
+
+    @staticmethod
+    def _payload(body: bytes) -> dict[str, Any]:
+        try:
+            form = parse_qs(
+                body.decode("utf-8"), keep_blank_values=True, strict_parsing=True, errors="strict", max_num_fields=2
+            )
+        except ValueError:  # includes UnicodeDecodeError and too many fields
+            raise CallbackError(400, "the body is not a URL-encoded form") from None
+        if set(form) != {"payload"} or len(form["payload"]) != 1:
+            raise CallbackError(400, "the form must hold exactly one `payload` field")
+        try:
+            payload = json.loads(form["payload"][0])
+        except ValueError:
+            raise CallbackError(400, "the `payload` field is not JSON") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+            raise CallbackError(400, "the `payload` field is not a Slack interaction payload")
+        return payload
+
+    def _on_block_actions(self, payload: _BlockActions, decide: Decide) -> HttpResponse:
+        action = payload.actions[0]
+        if action.action_id not in (cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID):
+            return HttpResponse(status=200)
+        if not action.value:
+            raise CallbackError(400, f"the {action.action_id} button carries no value")
+        confirmation_id = unsign_confirmation_id(action.value)
+        user = payload.user
+
+        if action.action_id == cards.APPROVE_ACTION_ID:
+            outcome = decide(
+                Callback(
+                    confirmation_id=confirmation_id,
+                    decision="approve",
+                    actor=user.id,
+                    actor_name=user.display_name,
+                )
+            )
+            if not outcome.applied:
+                self._tell_clicker(payload.response_url, cards.escape(outcome.message))
+            return HttpResponse(status=200)
+
+        # Reject: check first that a rejection would count, so nobody types a reason for nothing.
+        outcome = decide(
+            Callback(
+                confirmation_id=confirmation_id,
+                decision="reject",
+                actor=user.id,
+                actor_name=user.display_name,
+                dry_run=True,
+            )
+        )
+        if not outcome.applied:
+            self._tell_clicker(payload.response_url, cards.escape(outcome.message))
+            return HttpResponse(status=200)
+        if not payload.trigger_id:
+            raise CallbackError(400, "the reject click carries no trigger_id")
+        metadata = _RejectMetadata(
+            confirmation=sign_confirmation_id(confirmation_id),
+            response_url=payload.response_url,
+            channel=payload.container.channel_id,
+            ts=payload.container.message_ts,
+        )
+        view = cards.reject_modal(outcome.card, private_metadata=metadata.model_dump_json())
+        try:
+            self.interactive_client.views_open(trigger_id=payload.trigger_id, view=view)
+        except (SlackClientError, OSError, HTTPException) as err:
+            failure = _api_error("views.open", err).message if isinstance(err, SlackApiError) else type(err).__name__
+            logger.warning("slack views.open failed: %s", failure)
+            where = f" or reject on the web page: <{outcome.card.url}|open it>" if outcome.card else ""
+            self._tell_clicker(payload.response_url, f"Could not open the rejection form; please try again{where}.")
+        return HttpResponse(status=200)
+
+    def _on_reject_submission(self, payload: _ViewSubmission, decide: Decide) -> HttpResponse:
+        try:
+            metadata_json = json.loads(payload.view.private_metadata)
+        except ValueError:
+            raise CallbackError(400, "the reject form's private_metadata is not JSON") from None
+        metadata: _RejectMetadata = _parse(_RejectMetadata, metadata_json, "reject form metadata")
+        confirmation_id = unsign_confirmation_id(metadata.confirmation)
+        try:
+            reason = payload.view.state.values[cards.REASON_BLOCK_ID][cards.REASON_ACTION_ID].get("value") or ""
+        except KeyError:
+            raise CallbackError(400, "the reject form has no reason field") from None
+        if not isinstance(reason, str) or not reason.strip():
+            return _view_errors("Please say why you are rejecting this call.")
+        outcome = decide(
+            Callback(
+                confirmation_id=confirmation_id,
+                decision="reject",
+                actor=payload.user.id,
+                actor_name=payload.user.display_name,
+                reason=reason.strip(),
+            )
+        )
+        if outcome.applied:
+            return JsonResponse({"response_action": "clear"})
+        return _view_errors(outcome.message)
+
+    @staticmethod
+    def _tell_clicker(response_url: str, text: str) -> None:
+        """Queue an ephemeral note to the clicker; it goes out after our answer to Slack."""
+        if not response_url:
+            return
+        payload = {"response_type": "ephemeral", "replace_original": False, "text": text}
+        try:
+            send_response_url.delay(response_url, payload)
+        except Exception:
+            # The click itself was handled; only the courtesy note is lost (broker down).
+            logger.exception("could not queue the slack response_url note")
+
+
+def _view_callback_id(payload: dict[str, Any]) -> str | None:
+    view = payload.get("view")
+    return view.get("callback_id") if isinstance(view, dict) else None
+
+
+def _view_errors(message: str) -> JsonResponse:
+    # https://docs.slack.dev/surfaces/modals#displaying_errors
+    return JsonResponse({"response_action": "errors", "errors": {cards.REASON_BLOCK_ID: message[:500]}})

@@ -1,0 +1,127 @@
+"""Racing approve / reject / expire / cancel on one request, with real threads
+against the real PostgreSQL: exactly one terminal state and one decision event."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from approvals import services
+from approvals.models import Agent, ConfirmationEvent, ConfirmationRequest, Outbox
+from channels_ext.base import Callback
+from tests.conftest import apply_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TERMINAL_EVENTS = ["approved", "rejected", "expired", "cancelled"]
+
+CONFIG = """
+channels: [{name: web, kind: web}]
+agents:
+  - name: racer
+    hooks: [{kind: approval_gate, channel: web, approvers: [], timeout_seconds: 600}]
+"""
+
+
+def new_request(agent: Agent) -> str:
+    answer = services.tool_call_pre(agent=agent, session_id="s", tool_name="pay", tool_args={"n": 1})
+    return answer.confirmation_id
+
+
+def contenders(agent: Agent, confirmation_id: str):
+    def click(decision: str, actor: str):
+        return lambda: services.confirmation_respond(
+            channel_name="web", callback=Callback(confirmation_id=confirmation_id, decision=decision, actor=actor)
+        )
+
+    def expire():
+        # make it due, then race the sweep and the waiter's own expiry against the clicks
+        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+        services.confirmation_expire_due()
+        services.confirmation_expire(confirmation_id=confirmation_id)
+
+    def cancel():
+        try:
+            services.confirmation_cancel(agent=agent, confirmation_id=confirmation_id)
+        except services.AlreadyDecided:
+            pass
+
+    return [click("approve", "alice"), click("reject", "bob"), click("approve", "carol"), expire, cancel]
+
+
+def run_together(functions) -> list[BaseException]:
+    barrier = threading.Barrier(len(functions))
+    errors: list[BaseException] = []
+
+    def runner(fn):
+        try:
+            barrier.wait()
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=runner, args=(fn,)) for fn in functions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_racing_every_transition_leaves_exactly_one_decision():
+    apply_config(CONFIG)
+    agent = Agent.objects.get(name="racer")
+    rng = random.Random(7)
+    outcomes = set()
+
+    for _ in range(60):
+        confirmation_id = new_request(agent)
+        functions = contenders(agent, confirmation_id)
+        rng.shuffle(functions)
+
+        errors = run_together(functions)
+
+        assert errors == []
+        confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+        assert confirmation.status in TERMINAL_EVENTS
+        terminal = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind__in=TERMINAL_EVENTS)
+        assert list(terminal.values_list("kind", flat=True)) == [confirmation.status]
+        assert Outbox.objects.filter(confirmation_id=confirmation_id, kind="update").count() == 1
+        outcomes.add(confirmation.status)
+
+    assert len(outcomes) >= 2  # the race really was a race
+
+
+def test_concurrent_approvals_toward_a_quorum_count_each_approver_once():
+    apply_config(
+        """
+channels: [{name: web, kind: web}]
+agents:
+  - name: quorum
+    hooks: [{kind: approval_gate, channel: web, approvers: [a, b, c, d], approvals_required: 2}]
+"""
+    )
+    agent = Agent.objects.get(name="quorum")
+    for _ in range(20):
+        confirmation_id = new_request(agent)
+        clicks = [
+            (lambda who=who: services.confirmation_respond(
+                channel_name="web", callback=Callback(confirmation_id=confirmation_id, decision="approve", actor=who)
+            ))
+            for who in ["a", "a", "b", "c", "d"]
+        ]
+
+        assert run_together(clicks) == []
+
+        confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+        assert confirmation.status == "approved"
+        assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="approved").count() == 1
+        approvers = list(confirmation.responses.values_list("approver", flat=True))
+        assert len(approvers) == 2  # the quorum, and nothing after the decision
+        assert len(set(approvers)) == 2  # the double click of "a" counted once at most
