@@ -238,6 +238,7 @@ class ToolCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tool_calls")
     session_id = models.CharField(max_length=200, blank=True, db_index=True)
+    turn_id = models.CharField(max_length=200, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True, db_index=True)
     tool_name = models.CharField(max_length=200, db_index=True)
     tool_args = models.JSONField(default=dict, help_text="As stored: redacted where a redact hook says so.")
@@ -312,3 +313,24 @@ class Outbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} → {self.channel or 'webhook'} [{self.status}]"
+
+
+class HookState(models.Model):
+    """Small per-agent state that hooks keep between calls: counters (rate limits,
+    turn limits), what was injected in a session, cached tool results.
+
+    Counters change with one conditional UPDATE (`counter < limit`), so they are
+    exact under concurrency.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="hook_state")
+    scope = models.CharField(max_length=200)  # e.g. "rate_limit:<hook>:user:u-42", "session:<id>"
+    key = models.CharField(max_length=200)
+    counter = models.IntegerField(default=0)
+    value = models.JSONField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "scope", "key"], name="uniq_hook_state")]
+        indexes = [models.Index(fields=["expires_at"], name="hook_state_expiry")]

@@ -14,7 +14,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import selectors, services
+from approvals import lifecycle, selectors, services
 from approvals.errors import InvalidInput
 
 
@@ -185,5 +185,5 @@ class HookEventApi(APIView):
             raise InvalidInput("the body must be a JSON object")
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        answer = services.hook_event_run(agent=request.user, event=self.event, **serializer.validated_data)
+        answer = lifecycle.hook_event_run(agent=request.user, event=self.event, **serializer.validated_data)
         return Response(answer)

@@ -112,10 +112,12 @@ class FakeFeishu:
         return f"http://{host}:{port}"
 
     def start(self) -> FakeFeishu:
+        """Serve in a daemon thread."""
         self._thread.start()
         return self
 
     def close(self) -> None:
+        """Stop serving and free the port."""
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()
