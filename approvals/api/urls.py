@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from approvals.api import views
@@ -25,6 +25,8 @@ urlpatterns = [
         views.ConfirmationCancelApi.as_view(),
         name="api-confirmation-cancel",
     ),
+    path("", include("approvals.api.config_urls")),
+    path("", include("approvals.api.claude_urls")),
     path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="api-schema"),
     path(
         "docs/",

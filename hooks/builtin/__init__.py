@@ -1,3 +1,7 @@
-"""Built-in hook kinds. Importing this package registers them all."""
+"""Built-in hook kinds, one module each. Importing this package registers them all."""
 
-from hooks.builtin import approval_gate, command  # noqa: F401
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

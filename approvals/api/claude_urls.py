@@ -1,0 +1,3 @@
+"""Routes for Claude Code's `type: "http"` hooks (issue: agents await anywhere)."""
+
+urlpatterns: list = []
