@@ -555,6 +555,14 @@ def confirmation_cancel(*, agent: Agent, confirmation_id: Any) -> ConfirmationRe
     return confirmation
 
 
+@transaction.atomic
+def confirmation_cancel_by_staff(*, confirmation_id: Any, actor: str, reason: str = "") -> bool:
+    """An operator withdraws a pending request (Django admin). False if it was already final."""
+    return _transition(
+        confirmation_id, Status.CANCELLED, decided_by=actor, reason=reason or f"cancelled by {actor}"
+    )
+
+
 def confirmation_expire(*, confirmation_id: Any) -> bool:
     """Expire one request whose deadline has passed (database clock). True if this call did it."""
     with transaction.atomic():

@@ -16,7 +16,7 @@ class ApprovalGate(Hook):
     """
 
     kind = "approval_gate"
-    events = ("pre_tool_use",)
+    events = HOOK_CONFIG_MODELS["approval_gate"].EVENTS
     config_model = HOOK_CONFIG_MODELS["approval_gate"]
 
     def run(self, ctx: HookContext) -> HookResult:

@@ -21,7 +21,7 @@ class CommandHook(Hook):
     """
 
     kind = "command"
-    events = ("pre_tool_use", "session_start", "pre_turn", "post_tool_use", "tool_error", "post_turn", "session_end")
+    events = HOOK_CONFIG_MODELS["command"].EVENTS
     config_model = HOOK_CONFIG_MODELS["command"]
 
     def run(self, ctx: HookContext) -> HookResult:
