@@ -9,6 +9,10 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from gateway.startup import apply_startup_config  # noqa: E402
+
+apply_startup_config()
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.waiting import WaitingMiddleware  # noqa: E402

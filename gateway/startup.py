@@ -1,0 +1,37 @@
+"""Start-up work of a server process: apply `GATEWAY_CONFIG` if set (CONTRACT §2)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError
+
+logger = logging.getLogger("gateway")
+
+
+def apply_startup_config() -> None:
+    """Apply the config file named by GATEWAY_CONFIG; a bad file stops the process.
+
+    Several processes may start at once: applying is idempotent and
+    transactional, so the loser of a first-time insert race simply applies again.
+    """
+    path = settings.GATEWAY_CONFIG
+    if not path:
+        return
+    from approvals import services
+    from hooks.schema import ConfigError, load_config_file
+
+    try:
+        config = load_config_file(path)
+    except ConfigError as exc:
+        raise ImproperlyConfigured(f"GATEWAY_CONFIG {path} is not valid:\n{exc}") from None
+    for attempt in range(3):
+        try:
+            summary = services.config_apply(config=config, source=f"GATEWAY_CONFIG {path}")
+            break
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    logger.info("applied %s: %s", path, "; ".join(summary.lines()))
