@@ -143,7 +143,9 @@ def approver_refusal(confirmation: ConfirmationRequest, *, channel_name: str, ac
 
 
 def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> CardView:
-    approved_by = tuple(confirmation.responses.filter(decision="approve").values_list("approver", flat=True))
+    approved_by = tuple(
+        confirmation.responses.filter(decision="approve").order_by("created_at").values_list("approver", flat=True)
+    )
     escalated = bool(
         confirmation.escalated_at and channel_name and channel_name == confirmation.channel.name
     )

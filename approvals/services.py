@@ -621,7 +621,7 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     if row is None:
         return DeliveryResult(sent=False)
     try:
-        message_ref = _perform(row)
+        message_ref, drawn = _perform(row)
     except ChannelError as exc:
         return _delivery_failed(row, exc)
     with transaction.atomic():
@@ -630,19 +630,36 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
         )
         if row.kind == OutboxKind.CARD:
             _event(row.confirmation, EventKind.CARD_POSTED, channel=row.channel.name, data={"ref": message_ref})
+            _redraw_if_changed_in_flight(row, drawn)
         elif row.kind == OutboxKind.WEBHOOK:
             _event(row.confirmation, EventKind.WEBHOOK_SENT, message=row.confirmation.callback_url, data={"attempt": row.attempts})
     return DeliveryResult(sent=True)
 
 
-def _perform(row: Outbox) -> dict[str, Any] | None:
+def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
+    """A change committed while this card was being posted queued a redraw that ran
+    before the card row was SENT, so it could not see this card: redraw it now.
+
+    Locks the request row: every transition updates it, so this serialises with them.
+    """
+    confirmation = (
+        ConfirmationRequest.objects.select_for_update(of=("self",))
+        .select_related("agent", "channel", "escalate_channel")
+        .get(pk=row.confirmation_id)
+    )
+    if selectors.card_view(confirmation, channel_name=row.channel.name) != drawn:
+        _outbox(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:after-card-{row.pk}")
+
+
+def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
+    """Do the outside work of one row: (message reference to store, card drawn if any)."""
     from channels_ext.base import MessageRef
 
     confirmation = row.confirmation
     if row.kind == OutboxKind.CARD:
         adapter = selectors.channel_adapter(row.channel)
         card = selectors.card_view(confirmation, channel_name=row.channel.name)
-        return adapter.post_card(card, idempotency_key=row.dedupe_key).data
+        return adapter.post_card(card, idempotency_key=row.dedupe_key).data, card
     if row.kind in (OutboxKind.UPDATE, OutboxKind.REMIND):
         for card_row in selectors.posted_cards(confirmation):
             adapter = selectors.channel_adapter(card_row.channel)
@@ -652,12 +669,12 @@ def _perform(row: Outbox) -> dict[str, Any] | None:
                 adapter.notify_approvers(card, ref, row.payload.get("text", "Reminder: this request is waiting for you."))
             else:
                 adapter.update_card(card, ref)
-        return None
+        return None, None
     if row.kind == OutboxKind.WEBHOOK:
         from approvals.webhooks import send_decision_webhook
 
         send_decision_webhook(confirmation)
-        return None
+        return None, None
     raise ValueError(f"unknown outbox kind {row.kind!r}")
 
 
