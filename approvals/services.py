@@ -489,8 +489,8 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
 
     if confirmation.is_final:
         message = selectors.final_state_sentence(confirmation)
-        if not callback.dry_run:
-            _event(confirmation, EventKind.LATE_CLICK, actor=callback.actor, channel=channel_name, message=message)
+        # recorded for dry runs too: a refused Reject never gets as far as its modal
+        _event(confirmation, EventKind.LATE_CLICK, actor=callback.actor, channel=channel_name, message=message)
         return outcome(False, "already_decided", message)
 
     if confirmation.expires_at is not None and confirmation.expires_at <= timezone.now():
@@ -504,8 +504,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=callback.actor)
         if refusal is not None:
             code, message = refusal
-            if not callback.dry_run:
-                _event(confirmation, EventKind.REFUSED_CLICK, actor=callback.actor, channel=channel_name, message=message)
+            _event(confirmation, EventKind.REFUSED_CLICK, actor=callback.actor, channel=channel_name, message=message)
             return outcome(False, code, message)
 
     if callback.dry_run:
