@@ -1,11 +1,15 @@
-from django.urls import path
+from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 from channels_ext.web import views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approval-inbox", permanent=False)),
+    path("login/", views.SignInView.as_view(), name="approval-login"),
+    path("logout/", views.SignOutView.as_view(), name="approval-logout"),
     path("approvals/", views.inbox, name="approval-inbox"),
     path("approvals/<uuid:confirmation_id>/", views.approval_page, name="approval-page"),
     path("approvals/<uuid:confirmation_id>/state", views.approval_state, name="approval-state"),
+    # The admin's CSS and JS (a deployment behind nginx or a CDN may serve STATIC_ROOT instead).
+    re_path(r"^static/(?P<path>.+)$", views.static_file, name="static-file"),
 ]

@@ -1,0 +1,682 @@
+"""The operator's console.
+
+Decisions, key creation and revocation, the read-only switch and hook changes go
+through `approvals.services`, like every other path. Audit rows (events,
+responses, tool calls, config versions, outbox) are never added, changed or
+deleted here; neither are confirmation requests, whose only moves are the
+approve / reject / cancel actions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections import Counter
+from typing import Any
+
+import yaml
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.timesince import timesince, timeuntil
+
+from approvals import selectors, services
+from approvals.models import (
+    Agent,
+    AgentConfigVersion,
+    ApiKey,
+    ApproverResponse,
+    Channel,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Outbox,
+    Status,
+    ToolCall,
+)
+from channels_ext.base import Callback
+from hooks.schema import ConfigError, validate_agent_hooks
+
+admin.site.site_header = "Approval gateway"
+admin.site.site_title = "Approval gateway admin"
+admin.site.index_title = "Operator console"
+
+# Recorded as the channel of decisions made with the admin's actions.
+ADMIN_CHANNEL = "admin"
+
+
+def pretty_json(value: Any) -> str:
+    return format_html(
+        '<pre style="white-space:pre-wrap;margin:0">{}</pre>',
+        json.dumps(value, indent=2, ensure_ascii=False, default=str),
+    )
+
+
+def admin_link(obj: Any, text: str | None = None) -> str:
+    if obj is None:
+        return "—"
+    url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text or str(obj))
+
+
+def search_by_uuid(queryset: QuerySet, search_term: str) -> QuerySet:
+    """Rows (among those the filters left) whose primary key is the pasted id."""
+    try:
+        return queryset.filter(pk=uuid.UUID(search_term.strip()))
+    except ValueError:
+        return queryset.none()
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An audit record: shown, never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ActionsOnlyAdmin(admin.ModelAdmin):
+    """Rows that change only through the admin actions (services), never through the form.
+
+    Change permission is granted on the list (so the actions show) and refused on
+    each object (so its page is view-only and a POST to it is 403).
+    """
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --------------------------------------------------------------------------- confirmation requests
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        max_length=2000,
+        help_text="Told to the agent; kept in the request's history.",
+    )
+
+
+class ConfirmationEventInline(ReadOnlyInline):
+    model = ConfirmationEvent
+    verbose_name_plural = "History"
+    fields = ("created_at", "kind", "actor", "channel", "message")
+    readonly_fields = fields
+
+
+class ApproverResponseInline(ReadOnlyInline):
+    model = ApproverResponse
+    verbose_name_plural = "Approver responses"
+    fields = ("created_at", "approver", "decision", "reason", "channel")
+    readonly_fields = fields
+
+
+class ToolCallInline(ReadOnlyInline):
+    model = ToolCall
+    fk_name = "confirmation"
+    verbose_name_plural = "Tool call"
+    fields = ("call", "decision", "decided_by_hook", "hook_decisions_table", "outcome", "completed_at")
+    readonly_fields = fields
+
+    @admin.display(description="record")
+    def call(self, obj: ToolCall) -> str:
+        return admin_link(obj, f"{obj.tool_name} · {obj.tool_call_id or obj.pk}")
+
+    @admin.display(description="each hook's decision")
+    def hook_decisions_table(self, obj: ToolCall) -> str:
+        return hook_decisions_html(obj.hook_decisions)
+
+
+class OutboxInline(ReadOnlyInline):
+    model = Outbox
+    verbose_name_plural = "Deliveries (outbox)"
+    fields = ("kind", "channel", "status", "attempts", "last_error", "created_at", "sent_at")
+    readonly_fields = fields
+
+
+def hook_decisions_html(decisions: list[dict[str, Any]]) -> str:
+    if not decisions:
+        return "—"
+    rows = format_html_join(
+        "",
+        "<tr><td><code>{}</code></td><td>{}</td><td><strong>{}</strong></td><td>{}</td></tr>",
+        (
+            (d.get("hook", ""), d.get("kind", ""), d.get("decision", ""), d.get("reason", ""))
+            for d in decisions
+            if isinstance(d, dict)
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>hook</th><th>kind</th><th>decision</th><th>reason</th></tr></thead>"
+        "<tbody>{}</tbody></table>",
+        rows,
+    )
+
+
+@admin.register(ConfirmationRequest)
+class ConfirmationRequestAdmin(ActionsOnlyAdmin):
+    list_display = ("short_id", "status_badge", "agent", "tool_name", "age", "channel", "user_id", "decided_by")
+    list_display_links = ("short_id", "tool_name")
+    list_filter = ("status", "agent", "tool_name", "channel", "created_at")
+    search_fields = ("tool_name", "session_id", "user_id")
+    search_help_text = "Search by request id, tool, session or end user."
+    list_select_related = ("agent", "channel")
+    date_hierarchy = "created_at"
+    list_per_page = 50
+    actions = ("approve_selected", "reject_selected", "cancel_selected")
+    inlines = (ApproverResponseInline, ConfirmationEventInline, ToolCallInline, OutboxInline)
+    fieldsets = (
+        (None, {"fields": ("id", "status", "agent", "tool_name", "arguments", "user_id", "session_id",
+                           "tool_call_id", "approval_page")}),
+        ("Why it was gated", {"fields": ("reason", "hook_name", "config_version", "channel", "approvers",
+                                         "approvals_required", "allow_self_approval")}),
+        ("Decision", {"fields": ("decided_by", "decided_at", "decision_reason", "created_at", "expires_at",
+                                 "time_left", "on_timeout")}),
+        ("Reminders, escalation and webhook", {
+            "classes": ("collapse",),
+            "fields": ("remind_at", "escalate_at", "escalate_channel", "escalate_approvers", "escalated_at",
+                       "callback_url"),
+        }),
+        ("Metadata", {"classes": ("collapse",), "fields": ("metadata_pretty",)}),
+    )
+    readonly_fields = (
+        "id", "status", "agent", "tool_name", "arguments", "user_id", "session_id", "tool_call_id",
+        "approval_page", "reason", "hook_name", "config_version", "channel", "approvers", "approvals_required",
+        "allow_self_approval", "decided_by", "decided_at", "decision_reason", "created_at", "expires_at",
+        "time_left", "on_timeout", "remind_at", "escalate_at", "escalate_channel", "escalate_approvers",
+        "escalated_at", "callback_url", "metadata_pretty",
+    )  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            results = results | search_by_uuid(queryset, search_term)
+        return results, may_have_duplicates
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Confirmation requests", **(extra_context or {})})
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj: ConfirmationRequest) -> str:
+        return str(obj.pk)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: ConfirmationRequest) -> str:
+        colours = {"pending": "#fff3cd", "approved": "#d1f2d9", "rejected": "#f8d7da"}
+        return format_html(
+            '<span style="background:{};color:#1d2330;padding:1px 8px;border-radius:9px">{}</span>',
+            colours.get(obj.status, "#e2e3e5"),
+            obj.get_status_display(),
+        )
+
+    @admin.display(description="age", ordering="-created_at")
+    def age(self, obj: ConfirmationRequest) -> str:
+        return timesince(obj.created_at, timezone.now())
+
+    @admin.display(description="tool arguments")
+    def arguments(self, obj: ConfirmationRequest) -> str:
+        return pretty_json(obj.tool_args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: ConfirmationRequest) -> str:
+        return pretty_json(obj.metadata)
+
+    @admin.display(description="approval page")
+    def approval_page(self, obj: ConfirmationRequest) -> str:
+        url = reverse("approval-page", args=[obj.pk])
+        return format_html('<a href="{}">{}</a> (decide there with a reason)', url, selectors.confirmation_url(obj))
+
+    @admin.display(description="time left")
+    def time_left(self, obj: ConfirmationRequest) -> str:
+        if obj.status != Status.PENDING:
+            return "—"
+        if obj.expires_at is None:
+            return "no deadline"
+        return timeuntil(obj.expires_at, timezone.now())
+
+    # -- actions: every decision through the exactly-once service, recorded as this staff user
+
+    @admin.action(description="Approve selected pending requests", permissions=["change"])
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._respond(request, queryset, decision="approve", reason="")
+
+    @admin.action(description="Reject selected pending requests…", permissions=["change"])
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self._with_reason(request, queryset, action="reject_selected", title="Reject requests",
+                                 button="Reject", decision="reject")  # fmt: skip
+
+    @admin.action(description="Cancel selected pending requests…", permissions=["change"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        return self._with_reason(request, queryset, action="cancel_selected", title="Cancel requests",
+                                 button="Cancel them", decision="cancel")  # fmt: skip
+
+    def _with_reason(
+        self, request: HttpRequest, queryset: QuerySet, *, action: str, title: str, button: str, decision: str
+    ) -> HttpResponse | None:
+        """Ask for the reason on an intermediate page, then apply; None returns to the list."""
+        form = ReasonForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            if decision == "cancel":
+                self._cancel(request, queryset, reason=form.cleaned_data["reason"])
+            else:
+                self._respond(request, queryset, decision=decision, reason=form.cleaned_data["reason"])
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.model._meta,
+            "queryset": queryset,
+            "pending": [c for c in queryset.select_related("agent") if c.status == Status.PENDING],
+            "form": form,
+            "action": action,
+            "button": button,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "select_across": request.POST.get("select_across", "0"),
+        }
+        return TemplateResponse(request, "admin/approvals/confirmationrequest/action_reason.html", context)
+
+    def _respond(self, request: HttpRequest, queryset: QuerySet, *, decision: str, reason: str) -> None:
+        actor = request.user.get_username()
+        codes: Counter[str] = Counter()
+        refusals: list[str] = []
+        for pk in queryset.values_list("pk", flat=True):
+            outcome = services.confirmation_respond(
+                channel_name=ADMIN_CHANNEL,
+                callback=Callback(confirmation_id=str(pk), decision=decision, actor=actor, reason=reason),
+                as_admin=True,
+            )
+            codes[outcome.code] += 1
+            if not outcome.applied:
+                refusals.append(f"{str(pk)[:8]}: {outcome.message}")
+        done = codes["decided"]
+        verb = "Approved" if decision == "approve" else "Rejected"
+        if done:
+            self.message_user(request, f"{verb} {done} request{'s' if done != 1 else ''} as {actor}.", messages.SUCCESS)
+        if codes["recorded"]:
+            self.message_user(
+                request,
+                f"Recorded your approval on {codes['recorded']} request(s) that need more approvals.",
+                messages.SUCCESS,
+            )
+        if refusals:
+            self.message_user(request, "Left unchanged — " + " ".join(refusals), messages.WARNING)
+
+    def _cancel(self, request: HttpRequest, queryset: QuerySet, *, reason: str) -> None:
+        actor = request.user.get_username()
+        cancelled, unchanged = 0, 0
+        for pk in queryset.values_list("pk", flat=True):
+            if services.confirmation_cancel_by_staff(confirmation_id=pk, actor=actor, reason=reason):
+                cancelled += 1
+            else:
+                unchanged += 1
+        if cancelled:
+            self.message_user(request, f"Cancelled {cancelled} request(s) as {actor}.", messages.SUCCESS)
+        if unchanged:
+            self.message_user(request, f"{unchanged} request(s) were already decided; left unchanged.", messages.WARNING)
+
+
+@admin.register(ConfirmationEvent)
+class ConfirmationEventAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "kind", "actor", "channel", "confirmation_link", "message")
+    list_filter = ("kind", "channel", "created_at")
+    search_fields = ("actor", "message")
+    list_select_related = ("confirmation",)
+
+    @admin.display(description="request")
+    def confirmation_link(self, obj: ConfirmationEvent) -> str:
+        return admin_link(obj.confirmation, f"{obj.confirmation.tool_name} {str(obj.confirmation_id)[:8]}")
+
+
+@admin.register(ApproverResponse)
+class ApproverResponseAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "approver", "decision", "channel", "confirmation_link", "reason")
+    list_filter = ("decision", "channel")
+    search_fields = ("approver", "reason")
+    list_select_related = ("confirmation",)
+
+    @admin.display(description="request")
+    def confirmation_link(self, obj: ApproverResponse) -> str:
+        return admin_link(obj.confirmation, f"{obj.confirmation.tool_name} {str(obj.confirmation_id)[:8]}")
+
+
+# --------------------------------------------------------------------------- tool calls and outbox
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "agent", "tool_name", "decision", "decided_by_hook", "user_id", "session_id",
+                    "outcome", "confirmation_link")  # fmt: skip
+    list_filter = ("decision", "agent", "tool_name", "outcome", "created_at")
+    search_fields = ("tool_name", "session_id", "user_id", "tool_call_id")
+    search_help_text = "Search by tool call id, tool, session or end user."
+    list_select_related = ("agent", "confirmation")
+    date_hierarchy = "created_at"
+    fields = readonly_fields = (
+        "id", "agent", "session_id", "turn_id", "tool_call_id", "tool_name", "arguments", "user_id",
+        "metadata_pretty", "decision", "reason", "decided_by_hook", "each_hooks_decision", "config_version",
+        "confirmation_link", "idempotency_key", "created_at", "outcome", "result_pretty", "result_size", "duration_ms",
+        "completed_at",
+    )  # fmt: skip
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            results = results | search_by_uuid(queryset, search_term)
+        return results, may_have_duplicates
+
+    @admin.display(description="tool arguments (as stored)")
+    def arguments(self, obj: ToolCall) -> str:
+        return pretty_json(obj.tool_args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: ToolCall) -> str:
+        return pretty_json(obj.metadata)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: ToolCall) -> str:
+        return pretty_json(obj.result) if obj.result is not None else "—"
+
+    @admin.display(description="each hook's decision")
+    def each_hooks_decision(self, obj: ToolCall) -> str:
+        return hook_decisions_html(obj.hook_decisions)
+
+    @admin.display(description="confirmation request")
+    def confirmation_link(self, obj: ToolCall) -> str:
+        return admin_link(obj.confirmation, f"{obj.confirmation.status} {str(obj.confirmation_id)[:8]}") if obj.confirmation else "—"
+
+
+@admin.register(Outbox)
+class OutboxAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "channel", "status", "attempts", "last_error", "next_attempt_at", "created_at",
+                    "sent_at", "confirmation_link")  # fmt: skip
+    list_filter = ("status", "kind", "channel")
+    search_fields = ("dedupe_key", "last_error")
+    list_select_related = ("channel", "confirmation")
+
+    @admin.display(description="request")
+    def confirmation_link(self, obj: Outbox) -> str:
+        return admin_link(obj.confirmation, f"{obj.confirmation.tool_name} {str(obj.confirmation_id)[:8]}")
+
+
+# --------------------------------------------------------------------------- agents and their hooks
+
+
+def hooks_as_text(hooks: list[dict[str, Any]]) -> str:
+    """An agent's stored hooks as YAML for editing, defaults left out (they are filled in on save)."""
+    try:
+        compact = [h.model_dump(mode="json", exclude_defaults=True) for h in validate_agent_hooks(hooks)]
+    except ConfigError:
+        compact = hooks  # stored under an older schema: show it as it is
+    if not compact:
+        return "[]\n"
+    return yaml.safe_dump(compact, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+class AgentForm(forms.ModelForm):
+    hooks = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 22, "cols": 90, "spellcheck": "false",
+                                     "style": "font-family:monospace;font-size:13px"}),  # fmt: skip
+        help_text=(
+            "This agent's hook list in YAML or JSON, exactly as under <code>agents[].hooks</code> in the "
+            "config file. Validated like <code>apply_config</code>; a change is saved as a new config version."
+        ),
+    )
+
+    class Meta:
+        model = Agent
+        fields = ("name", "read_only")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        current = self.instance.current_config if self.instance.pk else None
+        self.fields["hooks"].initial = hooks_as_text(current.hooks if current else [])
+        self.validated_hooks: list[dict[str, Any]] = []
+
+    def clean_hooks(self) -> str:
+        text = self.cleaned_data.get("hooks") or ""
+        try:
+            data = yaml.safe_load(text) if text.strip() else []
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            raise ValidationError(f"hooks: not valid YAML or JSON{where}: {getattr(exc, 'problem', exc)}") from None
+        if data is None:
+            data = []
+        if isinstance(data, dict) and set(data) == {"hooks"}:
+            data = data["hooks"] or []  # pasted with its `hooks:` key from the config file
+        channel_kinds = {c.name: c.kind for c in Channel.objects.all()}
+        try:
+            validated = validate_agent_hooks(data, channel_kinds=channel_kinds)
+        except ConfigError as exc:
+            raise ValidationError([f"{p.path}: {p.message}" for p in exc.problems]) from None
+        # Stored normalised, the same way `apply_config` stores them.
+        self.validated_hooks = [h.model_dump(mode="json", exclude_none=False) for h in validated]
+        return text
+
+
+class AgentConfigVersionInline(ReadOnlyInline):
+    model = AgentConfigVersion
+    verbose_name_plural = "Hook configuration history"
+    fields = ("version", "created_at", "source", "hooks_summary")
+    readonly_fields = fields
+    ordering = ("-version",)
+    show_change_link = True
+
+    @admin.display(description="hooks")
+    def hooks_summary(self, obj: AgentConfigVersion) -> str:
+        return ", ".join(f"{h.get('name') or h.get('kind')} ({h.get('kind')})" for h in obj.hooks) or "none"
+
+
+class ApiKeyInline(ReadOnlyInline):
+    model = ApiKey
+    verbose_name_plural = "API keys"
+    fields = ("key_prefix", "name", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = fields
+    show_change_link = True
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    list_display = ("name", "read_only", "config_version", "live_keys", "created_at")
+    list_filter = ("read_only",)
+    search_fields = ("name",)
+    actions = ("read_only_on", "read_only_off")
+    inlines = (AgentConfigVersionInline, ApiKeyInline)
+
+    def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+        if obj is None:
+            return ["name", "read_only", "hooks"]
+        return ["name", "read_only", "config_version", "hooks", "webhook_secret_masked", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ()
+        return ("name", "config_version", "webhook_secret_masked", "created_at")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Agent | None = None) -> bool:
+        return False  # its requests and tool calls are the audit trail
+
+    @admin.display(description="hooks version")
+    def config_version(self, obj: Agent) -> str:
+        current = obj.current_config
+        return f"v{current.version}" if current else "none"
+
+    @admin.display(description="live API keys")
+    def live_keys(self, obj: Agent) -> int:
+        return obj.api_keys.filter(revoked_at__isnull=True).count()
+
+    @admin.display(description="webhook secret")
+    def webhook_secret_masked(self, obj: Agent) -> str:
+        return format_html(
+            "<details><summary>{}</summary><code>{}</code></details>"
+            '<div class="help">Signs the decision webhooks sent to this agent\'s callback_url.</div>',
+            mask(obj.webhook_secret),
+            obj.webhook_secret,
+        )
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: AgentForm, change: bool) -> None:
+        if not change:
+            obj.save()
+        elif "read_only" in form.changed_data:
+            services.agent_set_read_only(agent=obj, read_only=form.cleaned_data["read_only"])
+        version = services.agent_hooks_apply(
+            agent=obj, hooks=form.validated_hooks, source=f"admin:{request.user.get_username()}"
+        )
+        if version is not None:
+            self.message_user(request, f"Hooks of {obj.name} saved as version {version.version}.", messages.SUCCESS)
+
+    @admin.action(description="Switch read-only ON (block write tools)", permissions=["change"])
+    def read_only_on(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for agent in queryset:
+            services.agent_set_read_only(agent=agent, read_only=True)
+        self.message_user(request, f"Read-only switched on for {queryset.count()} agent(s).", messages.SUCCESS)
+
+    @admin.action(description="Switch read-only OFF", permissions=["change"])
+    def read_only_off(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for agent in queryset:
+            services.agent_set_read_only(agent=agent, read_only=False)
+        self.message_user(request, f"Read-only switched off for {queryset.count()} agent(s).", messages.SUCCESS)
+
+
+@admin.register(AgentConfigVersion)
+class AgentConfigVersionAdmin(ReadOnlyAdmin):
+    list_display = ("agent", "version", "source", "created_at")
+    list_filter = ("agent",)
+    fields = readonly_fields = ("agent", "version", "source", "created_at", "hooks_pretty")
+
+    @admin.display(description="hooks (normalised, as stored)")
+    def hooks_pretty(self, obj: AgentConfigVersion) -> str:
+        return pretty_json(obj.hooks)
+
+
+# --------------------------------------------------------------------------- API keys
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ActionsOnlyAdmin):
+    list_display = ("key", "agent", "name", "created_at", "last_used_at", "state")
+    list_filter = ("agent", ("revoked_at", admin.EmptyFieldListFilter))
+    search_fields = ("key_prefix", "name", "agent__name")
+    list_select_related = ("agent",)
+    actions = ("revoke_selected",)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return ["agent", "name"]
+        return ["key", "agent", "name", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
+        return () if obj is None else ("key", "agent", "name", "created_at", "last_used_at", "revoked_at")
+
+    @admin.display(description="key", ordering="key_prefix")
+    def key(self, obj: ApiKey) -> str:
+        return f"{obj.key_prefix}…"
+
+    @admin.display(description="state")
+    def state(self, obj: ApiKey) -> str:
+        return f"revoked {timesince(obj.revoked_at, timezone.now())} ago" if obj.revoked_at else "live"
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool) -> None:
+        if change:
+            return  # keys are never edited; they are revoked
+        key, raw = services.api_key_create(agent=obj.agent, name=obj.name)
+        obj.pk, obj.key_prefix, obj.created_at = key.pk, key.key_prefix, key.created_at
+        self.message_user(
+            request,
+            format_html(
+                "New API key for agent {}: <code>{}</code> — copy it now; it is stored hashed and "
+                "will not be shown again.",
+                obj.agent.name,
+                raw,
+            ),
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        live = list(queryset.filter(revoked_at__isnull=True))
+        for key in live:
+            services.api_key_revoke(api_key=key)
+        self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+
+# --------------------------------------------------------------------------- channels
+
+SECRET_NAME = re.compile(r"secret|token|password|encrypt_key|private|credential", re.IGNORECASE)
+
+
+def mask(value: Any) -> str:
+    text = str(value)
+    if not text:
+        return ""
+    return "••••••" + (text[-4:] if len(text) >= 16 else "")
+
+
+def masked_config(config: Any) -> Any:
+    """The channel's config with every secret-looking value masked (at any depth)."""
+    if isinstance(config, dict):
+        return {
+            k: (mask(v) if SECRET_NAME.search(str(k)) and v not in (None, "") and not isinstance(v, (dict, list))
+                else masked_config(v))
+            for k, v in config.items()
+        }  # fmt: skip
+    if isinstance(config, list):
+        return [masked_config(v) for v in config]
+    return config
+
+
+@admin.register(Channel)
+class ChannelAdmin(ReadOnlyAdmin):
+    """Channels come from the config file (`manage.py apply_config`); here they are shown with their health."""
+
+    list_display = ("name", "kind", "last_delivery_error", "last_error_at", "settings_masked")
+    list_filter = ("kind",)
+    search_fields = ("name",)
+    fields = readonly_fields = ("name", "kind", "config_masked", "last_error", "last_error_at", "created_at")
+
+    @admin.display(description="last delivery error", ordering="last_error_at")
+    def last_delivery_error(self, obj: Channel) -> str:
+        return obj.last_error or "—"
+
+    @admin.display(description="settings")
+    def settings_masked(self, obj: Channel) -> str:
+        items = masked_config(obj.config or {})
+        return ", ".join(f"{k}={v}" for k, v in items.items() if v not in (None, "", [], {})) or "—"
+
+    @admin.display(description="config (secrets masked)")
+    def config_masked(self, obj: Channel) -> str:
+        return pretty_json(masked_config(obj.config or {}))

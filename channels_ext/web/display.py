@@ -1,0 +1,97 @@
+"""How the approval page shows a request: arguments an approver can read, long values folded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from approvals import selectors
+from approvals.models import ConfirmationRequest
+
+FOLD_AFTER_CHARS = 160
+FOLD_AFTER_LINES = 4
+SUMMARY_CHARS = 80
+
+# Recorded as the channel when staff decide, on the page, a request that has no web channel.
+WEB_PAGE_CHANNEL = "web page"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgumentRow:
+    """One top-level argument: its name, its full text, and a one-line summary when folded."""
+
+    name: str
+    text: str
+    folded: bool
+    summary: str
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def argument_rows(tool_args: Any) -> list[ArgumentRow]:
+    """Top-level arguments by name (PostgreSQL's jsonb keeps no call order); a value longer than
+    a few lines is folded behind a one-line summary."""
+    items = sorted(tool_args.items()) if isinstance(tool_args, dict) else [("(arguments)", tool_args)]
+    rows = []
+    for name, value in items:
+        text = _as_text(value)
+        folded = len(text) > FOLD_AFTER_CHARS or text.count("\n") >= FOLD_AFTER_LINES
+        one_line = " ".join(text.split())
+        summary = one_line if len(one_line) <= SUMMARY_CHARS else one_line[:SUMMARY_CHARS].rstrip() + "…"
+        rows.append(ArgumentRow(name=str(name), text=text, folded=folded, summary=f"{summary} ({len(text)} characters)"))
+    return rows
+
+
+def web_channel_name(confirmation: ConfirmationRequest) -> str | None:
+    """The web channel through which this request can be decided on its page, if any."""
+    if confirmation.channel.kind == "web":
+        return confirmation.channel.name
+    escalated_to = confirmation.escalate_channel
+    if escalated_to is not None and escalated_to.kind == "web" and confirmation.escalated_at:
+        return escalated_to.name
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Viewer:
+    """What the signed-in user may do with one request on the web page."""
+
+    can_decide: bool
+    as_admin: bool  # deciding as staff, outside the request's approver list
+    channel_name: str  # recorded with the decision
+    why_read_only: str = ""
+
+
+def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> Viewer:
+    """Web approvers (usernames in `approvers`, [] = anyone) decide web requests; staff with
+    `approvals.change_confirmationrequest` may decide any request (except one made on their own
+    behalf); everyone else only looks."""
+    channel_name = web_channel_name(confirmation)
+    if channel_name is None:
+        refusal: tuple[str, str] | None = (
+            "not_approver",
+            f"This request is decided in the {confirmation.channel.name} channel, not on this page.",
+        )
+    else:
+        refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=user.get_username())
+    if refusal is None:
+        return Viewer(can_decide=True, as_admin=False, channel_name=channel_name or WEB_PAGE_CHANNEL)
+    # Staff may step in for the approvers, but not on a call made on their own behalf
+    # (`as_admin` skips every approver check in the service, this one included).
+    own_call = bool(
+        not confirmation.allow_self_approval and confirmation.user_id and user.get_username() == confirmation.user_id
+    )
+    if own_call:
+        refusal = ("self_approval", "You cannot approve a call made on your own behalf.")
+    elif user.has_perm("approvals.change_confirmationrequest"):
+        return Viewer(can_decide=True, as_admin=True, channel_name=channel_name or WEB_PAGE_CHANNEL)
+    return Viewer(
+        can_decide=False, as_admin=False, channel_name=channel_name or WEB_PAGE_CHANNEL, why_read_only=refusal[1]
+    )
