@@ -198,6 +198,13 @@ def tool_call_pre(
         if existing is not None:
             return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
 
+    from approvals.lifecycle import session_values
+
+    # What outer levels (session-start, the current turn) said about this session.
+    session = session_values(agent=agent, session_id=session_id)
+    user_id = user_id or session.get("user_id", "")
+    metadata = {**session.get("metadata", {}), **metadata}
+    turn_id = session.get("turn_id", "")
     version, hooks = selectors.agent_hooks(agent=agent)
     ctx = HookContext(
         event="pre_tool_use",
@@ -208,9 +215,11 @@ def tool_call_pre(
         tool_name=tool_name,
         tool_args=dict(tool_args),
         tool_call_id=tool_call_id,
+        turn_id=turn_id,
         agent_read_only=agent.read_only,
         config_version=version,
         now=now,
+        session={"user_id": "", "metadata": {}, "turn_id": "", **session},
     )
     outcome = run_chain(hooks, ctx)
     stored_args = outcome.stored_args if outcome.stored_args is not None else outcome.tool_args
@@ -243,6 +252,7 @@ def tool_call_pre(
             ToolCall.objects.create(
                 agent=agent,
                 session_id=session_id,
+                turn_id=turn_id,
                 tool_call_id=tool_call_id,
                 tool_name=tool_name,
                 tool_args=stored_args,

@@ -142,19 +142,13 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-_broker_dir = VAR_DIR / "celery-broker"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+# The embedded broker for `make run`: kombu's SQLAlchemy transport on a SQLite file
+# shared by server, worker and beat (kombu's filesystem transport can read
+# half-written messages and crash the worker: celery/kombu#1551).
+CELERY_BROKER_URL = (
+    env_str("CELERY_BROKER_URL") or REDIS_URL or f"sqla+sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
+)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    # The embedded broker for `make run`: a folder shared by server, worker and beat.
-    (_broker_dir / "out").mkdir(parents=True, exist_ok=True)
-    (_broker_dir / "processed").mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "out"),
-        "data_folder_out": str(_broker_dir / "out"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
-    }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -163,6 +157,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
     "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
+    "run-timers": {"task": "approvals.tasks.run_timers", "schedule": 5.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -197,7 +192,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "approval-login"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 LOGGING = {

@@ -297,7 +297,8 @@ class InjectSource(_Strict):
     def _exactly_one(self) -> InjectSource:
         if (self.url is None) == (self.mcp is None):
             raise ValueError("needs exactly one of url or mcp")
-        if self.mcp is not None and self.model_fields_set & {"method", "headers"}:
+        # Compare with the defaults, not model_fields_set: stored configs are re-validated with defaults filled in.
+        if self.mcp is not None and (self.method != "GET" or self.headers):
             raise ValueError("method and headers apply only to a url source")
         return self
 
