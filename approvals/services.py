@@ -169,8 +169,11 @@ class PreToolUseAnswer:
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
-    """SHA-256 of the canonical request body, minus fields that only steer waiting."""
-    body = {k: v for k, v in payload.items() if k not in {"wait_seconds", "idempotency_key"}}
+    """SHA-256 of the canonical request body, minus fields that steer waiting or name one attempt.
+
+    `tool_call_id` is left out: a retried call usually gets a new call id from its runtime.
+    """
+    body = {k: v for k, v in payload.items() if k not in {"wait_seconds", "idempotency_key", "tool_call_id"}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 

@@ -22,23 +22,28 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
-    subprocess.run([PY, "manage.py", "demo_setup"], check=True, env=env)
+    # Printed again once everything runs, so it is the last thing on the screen.
+    welcome = subprocess.run(
+        [PY, "manage.py", "demo_setup"], check=True, env=env, capture_output=True, text=True
+    ).stdout
     procs = {
         "server": subprocess.Popen(
             [PY, "-m", "uvicorn", "gateway.asgi:application", "--host", HOST, "--port", PORT, "--log-level", "warning"],
             env=env,
         ),
         "worker": subprocess.Popen(
-            [PY, "-m", "celery", "-A", "gateway", "worker", "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING"],
+            [PY, "-m", "celery", "--quiet", "-A", "gateway", "worker", "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING"],
             env=env,
         ),
         "beat": subprocess.Popen(
-            [PY, "-m", "celery", "-A", "gateway", "beat", "--loglevel", "WARNING"],
+            [PY, "-m", "celery", "--quiet", "-A", "gateway", "beat", "--loglevel", "WARNING"],
             env=env,
         ),
     }
-    print(f"\nRunning: server on http://{HOST}:{PORT}, Celery worker and beat. Ctrl-C stops everything.\n", flush=True)
     try:
+        _wait_until_serving(procs)
+        print(welcome, flush=True)
+        print(f"Running: server on http://{HOST}:{PORT}, Celery worker and beat. Ctrl-C stops everything.\n", flush=True)
         while True:
             for name, proc in procs.items():
                 if proc.poll() is not None:
@@ -58,6 +63,19 @@ def main() -> int:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _wait_until_serving(procs: dict[str, subprocess.Popen], timeout: float = 30) -> None:
+    """Until /healthz answers (or a process dies, or the timeout passes)."""
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and all(p.poll() is None for p in procs.values()):
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{PORT}/healthz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.3)
 
 
 if __name__ == "__main__":

@@ -132,14 +132,18 @@ def web_gate(transactional_db):
 
 
 @pytest.fixture
-def agent(live_gateway, web_gate) -> AgentClient:
+def agent(live_gateway, web_gate):
     """purchasing-bot: oa__purchase_pay and fs__* need alice's or bob's approval on the web channel."""
-    return make_agent_client(live_gateway, "purchasing-bot")
+    client = make_agent_client(live_gateway, "purchasing-bot")
+    yield client
+    client.http.close()  # an open keep-alive connection slows the server's shutdown
 
 
 @pytest.fixture
-def other_agent(live_gateway, web_gate) -> AgentClient:
-    return make_agent_client(live_gateway, "other-bot")
+def other_agent(live_gateway, web_gate):
+    client = make_agent_client(live_gateway, "other-bot")
+    yield client
+    client.http.close()
 
 
 def decide(confirmation_id: str, decision: str, actor: str = "alice", reason: str = "", channel: str = "web"):

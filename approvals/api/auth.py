@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from approvals import selectors, services
@@ -34,3 +35,17 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="gateway"'
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Describes the API key to the OpenAPI document (drf-spectacular)."""
+
+    target_class = "approvals.api.auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent's API key (`manage.py create_api_key AGENT`).",
+        }

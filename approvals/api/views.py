@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -66,6 +66,7 @@ class HookDecisionOutput(serializers.Serializer):
 
 
 class PreToolUseApi(APIView):
+    @extend_schema_serializer(component_name="PreToolUseInput")
     class InputSerializer(StrictSerializer):
         session_id = StrictCharField(max_length=200)
         tool_name = StrictCharField(max_length=200)
@@ -82,6 +83,7 @@ class PreToolUseApi(APIView):
                 raise serializers.ValidationError(f"must be at most {settings.GATEWAY_WAIT_MAX_SECONDS}")
             return value
 
+    @extend_schema_serializer(component_name="PreToolUseOutput")
     class OutputSerializer(serializers.Serializer):
         decision = serializers.ChoiceField(choices=["allow", "deny", "pending", "skip"])
         tool_args = serializers.DictField()
@@ -149,6 +151,7 @@ class HookEventApi(APIView):
 
     event: str = ""
 
+    @extend_schema_serializer(component_name="HookEventInput")
     class InputSerializer(StrictSerializer):
         session_id = StrictCharField(max_length=200)
         turn_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
