@@ -27,6 +27,7 @@ run: install
 
 test: install
 	bash scripts/ensure-services.sh
+	bash scripts/ensure-browser.sh
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -137,6 +137,11 @@ def approver_refusal(confirmation: ConfirmationRequest, *, channel_name: str, ac
         return "not_approver", "This request cannot be decided from this channel."
     if allowed and actor not in allowed:
         return "not_approver", "You are not one of the approvers of this request."
+    return self_approval_refusal(confirmation, actor=actor)
+
+
+def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str) -> tuple[str, str] | None:
+    """Refuses the person the call was made for, unless the gate allows self-approval."""
     if not confirmation.allow_self_approval and confirmation.user_id and actor == confirmation.user_id:
         return "self_approval", "You cannot approve a call made on your own behalf."
     return None

@@ -513,12 +513,15 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
             _event(confirmation, EventKind.LATE_CLICK, actor=callback.actor, channel=channel_name)
         return outcome(False, "already_decided", "This request expired before you answered.")
 
-    if not as_admin:
+    # Staff skip the approver list, never the self-approval rule.
+    if as_admin:
+        refusal = selectors.self_approval_refusal(confirmation, actor=callback.actor)
+    else:
         refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=callback.actor)
-        if refusal is not None:
-            code, message = refusal
-            _event(confirmation, EventKind.REFUSED_CLICK, actor=callback.actor, channel=channel_name, message=message)
-            return outcome(False, code, message)
+    if refusal is not None:
+        code, message = refusal
+        _event(confirmation, EventKind.REFUSED_CLICK, actor=callback.actor, channel=channel_name, message=message)
+        return outcome(False, code, message)
 
     if callback.dry_run:
         return outcome(True, "would_apply", "")

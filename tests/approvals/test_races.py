@@ -128,3 +128,4 @@ agents:
         approvers = list(confirmation.responses.values_list("approver", flat=True))
         assert len(approvers) == 2  # the quorum, and nothing after the decision
         assert len(set(approvers)) == 2  # the double click of "a" counted once at most
+
