@@ -55,22 +55,19 @@ def live_gateway(django_db_setup, django_db_blocker):
     gateway.stop()
 
 
-@pytest.fixture(scope="session")
-def celery_worker_session(django_db_setup, django_db_blocker):
-    """A real Celery worker (thread) consuming the test broker on Redis."""
+@pytest.fixture
+def celery_worker(transactional_db):
+    """A real Celery worker (threads) consuming the test broker on Redis, for this test only.
+
+    Tests without it have no worker at all, so "nobody picked the task up" is real there.
+    """
     from celery.contrib.testing.worker import start_worker
 
     from gateway.celery import app
 
-    app.control.purge()
+    app.control.purge()  # tasks queued by earlier tests name rows that no longer exist
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING") as worker:
         yield worker
-
-
-@pytest.fixture
-def celery_worker(celery_worker_session, transactional_db):
-    """Use the shared worker in one test (its database writes are real commits)."""
-    return celery_worker_session
 
 
 # --------------------------------------------------------------------------- personas

@@ -97,7 +97,9 @@ def test_a_second_click_is_told_the_request_was_already_decided_and_by_whom(agen
     assert "Already rejected by bob: not this quarter" in response.content.decode()
     confirmation.refresh_from_db()
     assert (confirmation.status, confirmation.decided_by) == ("rejected", "bob")
-    assert list(confirmation.events.values_list("kind", "actor")) == [
+    # (card delivery events depend on whether a worker is running; the decision trail does not)
+    decisions = confirmation.events.exclude(kind__in=["card_posted", "card_updated"])
+    assert list(decisions.values_list("kind", "actor")) == [
         ("created", "agent:purchasing-bot"),
         ("rejected", "bob"),
         ("late_click", "alice"),
