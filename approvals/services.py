@@ -77,11 +77,14 @@ def agent_set_read_only(*, agent: Agent, read_only: bool) -> None:
     agent.read_only = read_only
 
 
+@transaction.atomic
 def agent_hooks_apply(*, agent: Agent, hooks: list[dict[str, Any]], source: str) -> AgentConfigVersion | None:
     """Store a new version of an agent's hooks if they changed; returns it (None if unchanged).
 
     `hooks` must already be validated (hooks.schema); they are stored normalised.
+    The agent row is locked so concurrent saves (admin, API, apply_config) number versions in turn.
     """
+    Agent.objects.select_for_update().filter(pk=agent.pk).first()
     current = agent.current_config
     if current is not None and current.hooks == hooks:
         return None

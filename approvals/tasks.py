@@ -28,3 +28,13 @@ def relay_outbox() -> int:
 def expire_due() -> int:
     """Beat, every ~2 s: expire pending requests past their deadline."""
     return services.confirmation_expire_due()
+
+
+@shared_task
+def run_timers() -> dict[str, int]:
+    """Beat, every ~5 s: send due reminders and escalations; drop stale rate-limit counters."""
+    from dataclasses import asdict
+
+    from approvals.timers import confirmation_timers_due
+
+    return asdict(confirmation_timers_due())

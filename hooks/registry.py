@@ -89,7 +89,9 @@ def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
         delay_seconds=0.0,
     )
     maskers: list[Hook] = []
+    reached: set[int] = set()
     for hook in hooks:
+        reached.add(id(hook))
         if hook.name in asked_via:
             continue  # a gate named by a policy's ask_via runs only when asked
         result = _run_one(hook, ctx)
@@ -133,6 +135,10 @@ def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
             out.decision, out.reason, out.decided_by, out.ask = "ask", result.reason, hook.name, result.ask
         elif result.decision == "allow" and out.decision == "allow" and not out.decided_by:
             out.reason, out.decided_by = result.reason, hook.name
+    # A masking hook the chain stopped before (a deny ran first) still masks what is stored.
+    for hook in hooks:
+        if type(hook).mask is not Hook.mask and id(hook) not in reached and _would_trigger(hook, ctx):
+            maskers.append(hook)
     if maskers:
         # What is stored, shown on cards and logged: the final args with every mask applied.
         stored = out.tool_args
@@ -140,6 +146,14 @@ def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
             stored = hook.mask(stored)
         out.stored_args = stored
     return out
+
+
+def _would_trigger(hook: Hook, ctx: HookContext) -> bool:
+    """Whether a hook that did not run applies to this call; if its `when` fails, mask anyway."""
+    try:
+        return hook.should_trigger(ctx)
+    except Exception:
+        return True
 
 
 def _run_one(hook: Hook, ctx: HookContext, *, force: bool = False) -> HookResult | None:

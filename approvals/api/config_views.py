@@ -1,0 +1,150 @@
+"""Hook configs over the API: the JSON Schema (public), and for staff, validating and applying.
+
+Only Django staff users may change a policy — by HTTP Basic or a session, never
+with an agent's API key: an agent must not be able to change its own rules.
+Every change goes through the one validator (`hooks.schema`); a refused config
+answers 400 with each problem as `{"path", "message"}` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import OpenApiTypes, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals import services
+from approvals.errors import GatewayError, InvalidInput, NotFound
+from approvals.models import Agent, Channel
+from hooks.schema import ConfigError, hooks_json_schema, parse_config_text, validate_agent_hooks
+
+
+class ConfigInvalid(GatewayError):
+    status = 400
+    code = "invalid_config"
+
+    def __init__(self, error: ConfigError):
+        count = len(error.problems)
+        super().__init__(
+            f"{count} problem{'s' if count != 1 else ''} in the config; nothing was changed",
+            details=[{"path": problem.path, "message": problem.message} for problem in error.problems],
+        )
+
+
+class StaffOnly:
+    """Staff users by HTTP Basic or session; agent API keys are not accepted here."""
+
+    authentication_classes = [BasicAuthentication, SessionAuthentication]
+    permission_classes = [IsAdminUser]
+
+
+class HooksSchemaApi(APIView):
+    """The config file's JSON Schema, for editors' autocompletion (same as `manage.py hooks_schema`)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="JSON Schema of the config file and its hooks")
+    def get(self, request):
+        return Response(hooks_json_schema())
+
+
+def _agent_config(agent: Agent) -> dict[str, Any]:
+    current = agent.current_config
+    return {
+        "agent": agent.name,
+        "read_only": agent.read_only,
+        "version": current.version if current else 0,
+        "hooks": current.hooks if current else [],
+    }
+
+
+class AgentHooksApi(StaffOnly, APIView):
+    """Read or replace one agent's hooks. A replacement is validated whole and becomes a new version."""
+
+    body = inline_serializer(
+        "AgentHooksInput",
+        {"hooks": serializers.ListField(child=serializers.DictField(), help_text="The ordered hook list (CONTRACT §3b).")},
+    )
+    output = inline_serializer(
+        "AgentHooks",
+        {
+            "agent": serializers.CharField(),
+            "read_only": serializers.BooleanField(),
+            "version": serializers.IntegerField(),
+            "hooks": serializers.ListField(child=serializers.DictField()),
+            "changed": serializers.BooleanField(required=False),
+        },
+    )
+
+    @extend_schema(responses=output, summary="An agent's current hooks and their version")
+    def get(self, request, name):
+        return Response(_agent_config(_agent(name)))
+
+    @extend_schema(request=body, responses=output, summary="Validate and apply an agent's hooks")
+    def put(self, request, name):
+        if not isinstance(request.data, dict) or set(request.data) != {"hooks"}:
+            raise InvalidInput('the body must be a JSON object with one key, "hooks"')
+        agent = _agent(name)
+        source = f"api:{request.user.get_username()}"
+        with transaction.atomic():
+            # One change at a time per agent: versions stay 1, 2, 3… under concurrent PUTs.
+            agent = Agent.objects.select_for_update().get(pk=agent.pk)
+            try:
+                hooks = validate_agent_hooks(
+                    request.data["hooks"], channel_kinds=dict(Channel.objects.values_list("name", "kind"))
+                )
+            except ConfigError as exc:
+                raise ConfigInvalid(exc) from None
+            stored = [hook.model_dump(mode="json", exclude_none=False) for hook in hooks]
+            version = services.agent_hooks_apply(agent=agent, hooks=stored, source=source)
+        return Response({**_agent_config(agent), "changed": version is not None})
+
+
+class ConfigValidateApi(StaffOnly, APIView):
+    """Validate a whole config file, as `manage.py apply_config --check` would on this server.
+
+    The body is the file itself (YAML, or JSON, which is YAML too); `${NAME}`
+    is substituted from the server's environment. Nothing is applied.
+    """
+
+    @extend_schema(
+        request={"application/yaml": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
+        responses=inline_serializer(
+            "ConfigValid",
+            {
+                "valid": serializers.BooleanField(),
+                "channels": serializers.ListField(child=serializers.CharField()),
+                "agents": serializers.ListField(child=serializers.CharField()),
+            },
+        ),
+        summary="Validate a config file",
+    )
+    def post(self, request):
+        try:
+            text = request.body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput("the body must be UTF-8 text") from None
+        try:
+            config = parse_config_text(text)
+        except ConfigError as exc:
+            raise ConfigInvalid(exc) from None
+        return Response(
+            {
+                "valid": True,
+                "channels": [channel.name for channel in config.channels],
+                "agents": [agent.name for agent in config.agents],
+            }
+        )
+
+
+def _agent(name: str) -> Agent:
+    agent = Agent.objects.filter(name=name).first()
+    if agent is None:
+        raise NotFound(f"no agent named {name!r}")
+    return agent

@@ -1,0 +1,70 @@
+"""`webhook`: POST the event, signed, to a policy service and apply its answer (CONTRACT §3b).
+
+How an OPA or in-house policy service plugs in: it receives the same JSON a
+`command` hook gets on stdin and answers like one (`{"decision", "reason",
+"tool_args"}` or Claude Code's `hookSpecificOutput`); see docs/policies.md.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import httpx
+
+from approvals.webhooks import USER_AGENT, signed_headers
+from hooks.base import Hook, HookContext, HookResult
+from hooks.builtin.external import event_payload, parse_answer
+from hooks.registry import register
+from hooks.schema import HOOK_CONFIG_MODELS
+
+# Requests run here so the caller waits at most `timeout_ms` in all (httpx's own
+# timeouts are per phase: connect, write, each read). A request given up on still
+# ends by its own httpx timeout.
+_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="webhook-hook")
+
+
+def signing_key(secret: str) -> str | bytes:
+    """A `whsec_…` secret is base64 as Standard Webhooks defines it; any other string is the raw HMAC key."""
+    return secret if secret.startswith("whsec_") else secret.encode()
+
+
+@register
+class WebhookHook(Hook):
+    """Invariant: the service's verdict is applied, and the chain never waits on it past `timeout_ms`.
+
+    The body is signed with the hook's `secret` like outbound decision webhooks
+    (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`);
+    with no secret it is sent unsigned. A 2xx with a JSON object: that answer.
+    A 2xx with an empty body: no opinion. A timeout, a network error, another
+    status or an unreadable body is the hook's error, handled by `on_error`.
+    """
+
+    kind = "webhook"
+    events = HOOK_CONFIG_MODELS["webhook"].EVENTS
+    config_model = HOOK_CONFIG_MODELS["webhook"]
+
+    def run(self, ctx: HookContext) -> HookResult:
+        c = self.config
+        body = json.dumps(event_payload(ctx, self.name), separators=(",", ":"), default=str)
+        if c.secret:
+            headers = signed_headers(signing_key(c.secret), body)  # type: ignore[arg-type]
+        else:
+            headers = {"content-type": "application/json", "user-agent": USER_AGENT}
+        budget = c.timeout_ms / 1000
+        future = _POOL.submit(httpx.post, c.url, content=body, headers=headers, timeout=budget)
+        try:
+            response = future.result(timeout=budget)
+        except (FutureTimeout, httpx.TimeoutException):
+            future.cancel()
+            raise TimeoutError(f"no answer from {c.url} within {c.timeout_ms} ms") from None
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"POST {c.url} failed: {exc.__class__.__name__}: {exc}") from None
+        if not response.is_success:
+            raise RuntimeError(f"POST {c.url} answered {response.status_code}")
+        text = response.text.strip()
+        try:
+            return parse_answer(json.loads(text) if text else None)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            raise RuntimeError(f"unreadable answer from {c.url}: {exc}") from None
