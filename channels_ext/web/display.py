@@ -49,14 +49,16 @@ def argument_rows(tool_args: Any) -> list[ArgumentRow]:
     return rows
 
 
-def web_channel_name(confirmation: ConfirmationRequest) -> str | None:
-    """The web channel through which this request can be decided on its page, if any."""
+def web_channel_names(confirmation: ConfirmationRequest) -> list[str]:
+    """The web channels through which this request can be decided on its page: its own
+    channel, and its escalation channel once it has escalated."""
+    names = []
     if confirmation.channel.kind == "web":
-        return confirmation.channel.name
+        names.append(confirmation.channel.name)
     escalated_to = confirmation.escalate_channel
     if escalated_to is not None and escalated_to.kind == "web" and confirmation.escalated_at:
-        return escalated_to.name
-    return None
+        names.append(escalated_to.name)
+    return names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,25 +75,20 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
     """Web approvers (usernames in `approvers`, [] = anyone) decide web requests; staff with
     `approvals.change_confirmationrequest` may decide any request (except one made on their own
     behalf); everyone else only looks."""
-    channel_name = web_channel_name(confirmation)
-    if channel_name is None:
-        refusal: tuple[str, str] | None = (
-            "not_approver",
-            f"This request is decided in the {confirmation.channel.name} channel, not on this page.",
-        )
-    else:
+    channel_names = web_channel_names(confirmation)
+    refusal: tuple[str, str] | None = (
+        "not_approver",
+        f"This request is decided in the {confirmation.channel.name} channel, not on this page.",
+    )
+    for channel_name in channel_names:
         refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=user.get_username())
-    if refusal is None:
-        return Viewer(can_decide=True, as_admin=False, channel_name=channel_name or WEB_PAGE_CHANNEL)
-    # Staff may step in for the approvers, but not on a call made on their own behalf
-    # (`as_admin` skips every approver check in the service, this one included).
-    own_call = bool(
-        not confirmation.allow_self_approval and confirmation.user_id and user.get_username() == confirmation.user_id
-    )
-    if own_call:
-        refusal = ("self_approval", "You cannot approve a call made on your own behalf.")
+        if refusal is None:
+            return Viewer(can_decide=True, as_admin=False, channel_name=channel_name)
+    channel_name = channel_names[0] if channel_names else WEB_PAGE_CHANNEL
+    # Staff may step in for the approvers, but never on a call made on their own behalf.
+    own_call = selectors.self_approval_refusal(confirmation, actor=user.get_username())
+    if own_call is not None:
+        refusal = own_call
     elif user.has_perm("approvals.change_confirmationrequest"):
-        return Viewer(can_decide=True, as_admin=True, channel_name=channel_name or WEB_PAGE_CHANNEL)
-    return Viewer(
-        can_decide=False, as_admin=False, channel_name=channel_name or WEB_PAGE_CHANNEL, why_read_only=refusal[1]
-    )
+        return Viewer(can_decide=True, as_admin=True, channel_name=channel_name)
+    return Viewer(can_decide=False, as_admin=False, channel_name=channel_name, why_read_only=refusal[1])

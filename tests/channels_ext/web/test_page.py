@@ -257,3 +257,36 @@ def test_the_state_url_answers_the_requests_current_state_as_json(agent, people)
 
     assert state["status"] == "approved"
     assert state["decided_by"] == "bob"
+
+
+def test_once_escalated_to_another_web_channel_its_approvers_decide_on_the_page(live_gateway, people):
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from approvals.tasks import run_timers
+
+    get_user_model().objects.create_user("dave", password=PASSWORD)
+    apply_config(
+        """
+channels: [{name: web, kind: web}, {name: managers, kind: web}]
+agents:
+  - name: escalating-bot
+    hooks:
+      - kind: approval_gate
+        channel: web
+        approvers: [alice]
+        escalate_after_seconds: 600
+        escalate_to: {channel: managers, approvers: [dave]}
+"""
+    )
+    agent = make_agent_client(live_gateway, "escalating-bot")
+    confirmation = ConfirmationRequest.objects.get(pk=agent.pre_tool_use("pay", {}).json()["confirmation_id"])
+    assert 'value="approve"' not in signed_in("dave").get(page_url(confirmation)).content.decode()  # not yet escalated
+
+    ConfirmationRequest.objects.filter(pk=confirmation.pk).update(escalate_at=timezone.now())
+    run_timers.apply()
+    signed_in("dave").post(page_url(confirmation), {"decision": "approve"})
+
+    confirmation.refresh_from_db()
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "dave")
+    assert ApproverResponse.objects.get().channel == "managers"
