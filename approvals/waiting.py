@@ -9,16 +9,21 @@ itself:
   `pending`, the middleware holds the HTTP request as a coroutine until the
   request is final or `wait_seconds` pass, then answers with the final decision.
 
-A waiter is one future in `gateway.realtime.waiters`; database reads borrow a
-connection from a small executor and return it immediately.
+A waiter is one future in `gateway.realtime.waiters` and one timer (its timeout
+or the request's deadline); database reads borrow a connection from a small
+executor and return it immediately. Lost notifications are caught by one
+batched re-check per process every GATEWAY_WAIT_RECHECK_SECONDS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import re
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,15 +37,24 @@ from approvals.api.errors import error_body
 from approvals.errors import InvalidInput
 from gateway.realtime import waiters
 
+logger = logging.getLogger("approvals.waiting")
+
 WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 DEFAULT_TIMEOUT = 25
 POLL_INTERVAL_WITHOUT_PUSH = 0.2  # SQLite: no NOTIFY, so waiters poll
+RECHECK_BATCH = 1000  # ids per re-check query
 
 # Short database reads for waiters: a few threads shared by every waiter.
-_db_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-wait-db")
+_DB_THREADS = 4
+_db_executor = ThreadPoolExecutor(max_workers=_DB_THREADS, thread_name_prefix="gateway-wait-db")
+# Reads beyond what the threads can take wait here as one small future each, not as
+# a queued executor job each: a burst of 10,000 arriving waiters otherwise holds
+# 10,000 jobs at once and leaves the heap fragmented long after (bench/run.py part b).
+_db_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
+@functools.cache
 def _db(fn):
     """Run a short ORM read off the event loop and give the connection back at once."""
 
@@ -50,7 +64,17 @@ def _db(fn):
         finally:
             connection.close()  # with the psycopg pool: back to the pool
 
-    return sync_to_async(call, thread_sensitive=False, executor=_db_executor)
+    run = sync_to_async(call, thread_sensitive=False, executor=_db_executor)
+
+    async def bounded(*args, **kwargs):
+        loop = asyncio.get_running_loop()
+        slots = _db_slots.get(loop)
+        if slots is None:
+            slots = _db_slots[loop] = asyncio.Semaphore(2 * _DB_THREADS)
+        async with slots:
+            return await run(*args, **kwargs)
+
+    return bounded
 
 
 def parse_timeout(raw: str | None) -> float:
@@ -80,25 +104,68 @@ def _expire(confirmation_id: Any) -> None:
     services.confirmation_expire(confirmation_id=confirmation_id)
 
 
+def _settled_ids(ids: list[str]) -> list[str]:
+    """Of these request ids, the ones no longer pending."""
+    from approvals.models import ConfirmationRequest, Status
+
+    rows = ConfirmationRequest.objects.filter(pk__in=ids).exclude(status=Status.PENDING).values_list("pk", flat=True)
+    return [str(pk) for pk in rows]
+
+
+async def _recheck_forever(interval: float) -> None:
+    """The safety net for lost notifications: every `interval`, ONE query per batch of
+    waited-on ids wakes those no longer pending. (A re-read per waiter instead costs
+    10,000 waiters / 5 s = 2,000 queries/s, and keeps thousands of reads in flight.)"""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            ids = [i for i in waiters.registered_ids() if _is_uuid(i)]
+            for start in range(0, len(ids), RECHECK_BATCH):
+                for confirmation_id in await _db(_settled_ids)(ids[start : start + RECHECK_BATCH]):
+                    waiters.wake(confirmation_id)
+        except Exception:  # database briefly gone: try again next time
+            logger.warning("re-checking waiters failed", exc_info=True)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+_rechecker: asyncio.Task | None = None
+
+
+def _ensure_rechecker() -> None:
+    """One re-check task per process and event loop, started by the first waiter."""
+    global _rechecker
+    loop = asyncio.get_running_loop()
+    if _rechecker is None or _rechecker.done() or _rechecker.get_loop() is not loop:
+        interval = settings.GATEWAY_WAIT_RECHECK_SECONDS if waiters.push_enabled else POLL_INTERVAL_WITHOUT_PUSH
+        _rechecker = loop.create_task(_recheck_forever(interval), name="gateway-wait-recheck")
+
+
 async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float):
     """Wait until the request is final or `timeout` passes; the row as last read (None if gone).
 
     Registers before the first read (closing the read/commit race), re-reads on
-    every wake-up, re-checks on a slow timer in case a notification was lost,
+    every wake-up (a notification, or the batched re-check in case one was lost),
     and expires the request itself when its deadline passes.
     """
     from django.utils import timezone
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    recheck = settings.GATEWAY_WAIT_RECHECK_SECONDS if waiters.push_enabled else POLL_INTERVAL_WITHOUT_PUSH
+    _ensure_rechecker()
     future = waiters.register(str(confirmation_id))
     try:
         while True:
             confirmation = await _db(_read_confirmation)(confirmation_id, agent_id)
             if confirmation is None or confirmation.is_final:
                 return confirmation
-            step = min(deadline - loop.time(), recheck)
+            step = deadline - loop.time()
             if confirmation.expires_at is not None:
                 until_expiry = (confirmation.expires_at - timezone.now()).total_seconds()
                 if until_expiry <= 0:
@@ -107,10 +174,15 @@ async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float)
                 step = min(step, until_expiry + 0.01)
             if step <= 0:
                 return confirmation
+            # While parked, hold nothing but the future and one timer (for the timeout or
+            # the request's deadline): every byte here is multiplied by the number of
+            # waiting agents (bench/run.py part b). Each turn re-reads the row anyway.
+            del confirmation
+            timer = loop.call_later(step, _resolve, future)
             try:
-                await asyncio.wait_for(asyncio.shield(future), timeout=step)
-            except asyncio.TimeoutError:
-                pass
+                await future
+            finally:
+                timer.cancel()
             if future.done():
                 waiters.unregister(str(confirmation_id), future)
                 future = waiters.register(str(confirmation_id))
@@ -118,11 +190,18 @@ async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float)
         waiters.unregister(str(confirmation_id), future)
 
 
-def _authenticate(raw_key: str):
+def _resolve(future: asyncio.Future[None]) -> None:
+    """A waiter's own timer: wake it as a notification would."""
+    if not future.done():
+        future.set_result(None)
+
+
+def _agent_id_for_key(raw_key: str) -> int | None:
+    """The id of the agent owning a live API key (an id, not a row: waiters keep it for their whole wait)."""
     from approvals import selectors
 
     key = selectors.api_key_lookup(raw_key=raw_key)
-    return key.agent if key else None
+    return key.agent_id if key else None
 
 
 def _confirmation_dict(confirmation) -> dict[str, Any]:
@@ -162,8 +241,8 @@ class WaitingMiddleware:
         raw_key = bearer_token(_header(scope, b"authorization"))
         if not raw_key:
             return await _send_json(send, 401, error_body("unauthorized", "missing 'Authorization: Bearer <api key>'"))
-        agent = await _db(_authenticate)(raw_key)
-        if agent is None:
+        agent_id = await _db(_agent_id_for_key)(raw_key)
+        if agent_id is None:
             return await _send_json(send, 401, error_body("unauthorized", "unknown or revoked API key"))
         try:
             confirmation_id = uuid.UUID(raw_id)
@@ -174,7 +253,7 @@ class WaitingMiddleware:
             timeout = parse_timeout((query.get("timeout") or [None])[0])
         except InvalidInput as exc:
             return await _send_json(send, 400, error_body(exc.code, exc.message, exc.details))
-        confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent.pk, timeout=timeout)
+        confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
         if confirmation is None:
             return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id}"))
         await _send_json(send, 200, await _db(_confirmation_dict)(confirmation))
@@ -191,9 +270,9 @@ class WaitingMiddleware:
         if captured.status != 200 or answer is None or answer.get("decision") != "pending":
             return await captured.forward(send)
         raw_key = bearer_token(_header(scope, b"authorization"))
-        agent = await _db(_authenticate)(raw_key)
+        agent_id = await _db(_agent_id_for_key)(raw_key)
         confirmation = await wait_for_final(
-            confirmation_id=answer["confirmation_id"], agent_id=agent.pk, timeout=wait_seconds
+            confirmation_id=answer["confirmation_id"], agent_id=agent_id, timeout=wait_seconds
         )
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)

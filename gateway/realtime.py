@@ -69,6 +69,10 @@ class WaiterRegistry:
         for key in list(self._waiters):
             self.wake(key)
 
+    def registered_ids(self) -> list[str]:
+        """Every id with at least one waiter (for the batched re-check in approvals.waiting)."""
+        return list(self._waiters)
+
     @property
     def count(self) -> int:
         return sum(len(v) for v in self._waiters.values())
