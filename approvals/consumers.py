@@ -36,10 +36,9 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
 from approvals.api.auth import bearer_token
-from approvals.waiting import POLL_INTERVAL_WITHOUT_PUSH, _agent_id_for_key, _db, _ensure_rechecker, _expire, _resolve
+from approvals.waiting import _agent_id_for_key, _db, _ensure_rechecker, _expire, _resolve
 from gateway.realtime import waiters
 
 SUBPROTOCOL = "gateway.v1"
@@ -152,7 +151,6 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
         from django.utils import timezone
 
         key = str(self.confirmation_id)
-        recheck = settings.GATEWAY_WAIT_RECHECK_SECONDS if waiters.push_enabled else POLL_INTERVAL_WITHOUT_PUSH
         _ensure_rechecker()  # the batched safety net catches a final state whose NOTIFY was lost
         future = waiters.register(key)
         last_sent: dict[str, Any] | None = None
@@ -167,10 +165,9 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
                     last_sent = message
                 if is_final:
                     return await self.close(code=CLOSE_NORMAL)
-                # An approval counted toward a quorum changes no status and is not NOTIFYed by
-                # services._respond, so a quorum request is re-read on a timer; any other
-                # request waits for NOTIFY, the batched re-check, or its own deadline.
-                step = recheck if message["approvals_required"] > 1 else None
+                # Wait for a NOTIFY (every change, counted quorum approvals included),
+                # the batched re-check, or the request's own deadline.
+                step = None
                 if expires_at is not None:
                     until_expiry = (expires_at - timezone.now()).total_seconds()
                     if until_expiry <= 0:

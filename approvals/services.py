@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.errors import AlreadyDecided, IdempotencyMismatch, InvalidInput, NotFound
+from approvals.errors import AlreadyDecided, IdempotencyMismatch, InvalidInput
 from approvals.models import (
     Agent,
     AgentConfigVersion,
@@ -468,9 +468,16 @@ def confirmation_respond(*, channel_name: str, callback: Callback, as_admin: boo
     """
     try:
         with transaction.atomic():
-            return _respond(channel_name=channel_name, callback=callback, as_admin=as_admin)
+            verdict = _respond(channel_name=channel_name, callback=callback, as_admin=as_admin)
     except _Duplicate as dup:
-        return dup.outcome
+        verdict = dup.outcome
+    if verdict.code == "not_found":
+        return verdict
+    # The card is drawn after commit: the row lock, the NOTIFY and the waiting agent don't wait for it.
+    confirmation = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").get(
+        pk=callback.confirmation_id
+    )
+    return dataclasses.replace(verdict, card=selectors.card_view(confirmation, channel_name=channel_name))
 
 
 class _Duplicate(Exception):
@@ -491,10 +498,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         return DecisionOutcome(applied=False, code="not_found", message="This approval request no longer exists.", card=None)
 
     def outcome(applied: bool, code: str, message: str) -> DecisionOutcome:
-        confirmation.refresh_from_db()
-        return DecisionOutcome(
-            applied=applied, code=code, message=message, card=selectors.card_view(confirmation, channel_name=channel_name)
-        )
+        return DecisionOutcome(applied=applied, code=code, message=message, card=None)  # card: after commit
 
     if callback.dedupe_key and not callback.dry_run:
         try:
@@ -556,6 +560,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         channel=channel_name,
         message=f"approval {approvals} of {confirmation.approvals_required}",
     )
+    realtime.notify_changed(str(confirmation.pk))  # WebSocket watchers see the count move
     _outbox(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 

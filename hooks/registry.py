@@ -43,8 +43,8 @@ class HookRegistry:
         """Instantiate validated hook configs, sorted by priority (stable: file order on ties)."""
         import hooks.builtin  # noqa: F401  (registers the built-in kinds)
 
-        hooks = [self.kinds[c.kind](c) for c in configs]  # type: ignore[attr-defined]
-        return sorted(hooks, key=lambda h: h.priority)
+        built = [self.kinds[c.kind](c) for c in configs]  # type: ignore[attr-defined]
+        return sorted(built, key=lambda h: h.priority)
 
 
 registry = HookRegistry()
