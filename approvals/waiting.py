@@ -205,12 +205,14 @@ def _agent_id_for_key(raw_key: str) -> int | None:
 
 
 def _confirmation_dict(confirmation) -> dict[str, Any]:
+    """Built from the row already read: no query, so it runs on the event loop."""
     from approvals import selectors
 
     return selectors.confirmation_as_dict(confirmation)
 
 
 def _final_answer(confirmation, pending_answer: dict[str, Any]) -> dict[str, Any]:
+    """The final pre-tool-use answer from the row already read (no query)."""
     from approvals import selectors
 
     final = selectors.answer_for_confirmation(confirmation, tool_args=pending_answer.get("tool_args") or {})
@@ -256,7 +258,7 @@ class WaitingMiddleware:
         confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
         if confirmation is None:
             return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id}"))
-        await _send_json(send, 200, await _db(_confirmation_dict)(confirmation))
+        await _send_json(send, 200, _confirmation_dict(confirmation))
 
     async def _pre_tool_use(self, scope, receive, send) -> None:
         body = await _read_body(receive)
@@ -276,7 +278,7 @@ class WaitingMiddleware:
         )
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)
-        await _send_json(send, 200, await _db(_final_answer)(confirmation, answer))
+        await _send_json(send, 200, _final_answer(confirmation, answer))
 
 
 def _wait_seconds_of(body: bytes) -> float:
