@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import time
 
 import httpx
 import pytest
@@ -13,16 +12,11 @@ from approvals.models import Agent, AgentConfigVersion, Channel, ConfirmationEve
 from approvals.tasks import relay_outbox
 from tests.conftest import decide
 
+from tests.support import wait_until
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def wait_until(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_card_row_survives_a_worker_that_never_ran_and_the_relay_sends_it(agent, settings):

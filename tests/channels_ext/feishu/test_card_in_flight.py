@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from approvals.models import Outbox
-from tests.channels_ext.feishu.test_end_to_end import deploy, interactive_elements, wait_until  # noqa: F401
+from tests.channels_ext.feishu.test_end_to_end import deploy, interactive_elements  # noqa: F401
+from tests.support import wait_until
 from tests.fakes.feishu_api import FakeFeishu
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -49,6 +49,8 @@ from tests.fakes.feishu_api import (
     url_verification_payload,
 )
 
+from tests.support import wait_until
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CHANNEL = "finance-feishu"
@@ -91,14 +93,6 @@ agents:
 """
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "the condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def click_payload(

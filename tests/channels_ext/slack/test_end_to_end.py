@@ -44,6 +44,8 @@ from tests.fakes.slack_api import (
     view_submission_payload,
 )
 
+from tests.support import wait_until
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SIGNING_SECRET = "e2e0f9d8c7b6a5f4e3d2c1b0a9f8e7d6"
@@ -101,14 +103,6 @@ def background() -> Iterator[Callable[..., Future]]:
         yield pool.submit
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
 
 
 @dataclasses.dataclass
