@@ -18,6 +18,8 @@ PORT = os.environ.get("GATEWAY_PORT", "8000")
 
 
 def main() -> int:
+    # SIGTERM (a supervisor, `kill`) stops everything like Ctrl-C does, instead of orphaning the children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     os.chdir(ROOT)
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
