@@ -10,7 +10,6 @@ approve / reject / cancel actions.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections import Counter
 from typing import Any
@@ -41,8 +40,9 @@ from approvals.models import (
     Status,
     ToolCall,
 )
-from channels_ext.base import Callback
-from hooks.schema import ConfigError, validate_agent_hooks
+from channels_ext.base import Callback, get_config_model, secret_keys
+from gateway.configfile import ConfigError, InvalidYaml, load_yaml
+from hooks.registry import validate_agent_hooks
 
 admin.site.site_header = "Approval gateway"
 admin.site.site_title = "Approval gateway admin"
@@ -463,27 +463,26 @@ class AgentForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         current = self.instance.current_config if self.instance.pk else None
         self.fields["hooks"].initial = hooks_as_text(current.hooks if current else [])
-        self.validated_hooks: list[dict[str, Any]] = []
+        self.validated_hooks: list[Any] = []
 
     def clean_hooks(self) -> str:
+        """Read the YAML with the config file's own loader and validate it with the one validator;
+        `save_model` applies it through `services.agent_hooks_apply`, which validates again under a lock."""
         text = self.cleaned_data.get("hooks") or ""
         try:
-            data = yaml.safe_load(text) if text.strip() else []
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            raise ValidationError(f"hooks: not valid YAML or JSON{where}: {getattr(exc, 'problem', exc)}") from None
-        if data is None:
-            data = []
-        if isinstance(data, dict) and set(data) == {"hooks"}:
-            data = data["hooks"] or []  # pasted with its `hooks:` key from the config file
-        channel_kinds = {c.name: c.kind for c in Channel.objects.all()}
+            data = load_yaml(text, path="hooks") if text.strip() else []
+        except InvalidYaml as exc:
+            where = f" (line {exc.line}, column {exc.column})" if exc.line is not None else ""
+            raise ValidationError(f"hooks: not valid YAML or JSON{where}: {exc.problem}") from None
         try:
-            validated = validate_agent_hooks(data, channel_kinds=channel_kinds)
+            if data is None:
+                data = []
+            if isinstance(data, dict) and set(data) == {"hooks"}:
+                data = data["hooks"] or []  # pasted with its `hooks:` key from the config file
+            validate_agent_hooks(data, channel_names=selectors.channel_names())
         except ConfigError as exc:
             raise ValidationError([f"{p.path}: {p.message}" for p in exc.problems]) from None
-        # Stored normalised, the same way `apply_config` stores them.
-        self.validated_hooks = [h.model_dump(mode="json", exclude_none=False) for h in validated]
+        self.validated_hooks = data
         return text
 
 
@@ -550,12 +549,17 @@ class AgentAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Agent, form: AgentForm, change: bool) -> None:
         if not change:
-            obj.save()
+            created = services.agent_create(name=obj.name, read_only=form.cleaned_data["read_only"])
+            obj.pk, obj.webhook_secret, obj.created_at = created.pk, created.webhook_secret, created.created_at
         elif "read_only" in form.changed_data:
             services.agent_set_read_only(agent=obj, read_only=form.cleaned_data["read_only"])
-        version = services.agent_hooks_apply(
-            agent=obj, hooks=form.validated_hooks, source=f"admin:{request.user.get_username()}"
-        )
+        try:
+            version = services.agent_hooks_apply(
+                agent=obj, hooks=form.validated_hooks, source=f"admin:{request.user.get_username()}"
+            )
+        except ConfigError as exc:  # a channel removed since the form was checked
+            self.message_user(request, "Hooks not saved: " + str(exc), messages.ERROR)
+            return
         if version is not None:
             self.message_user(request, f"Hooks of {obj.name} saved as version {version.version}.", messages.SUCCESS)
 
@@ -636,8 +640,6 @@ class ApiKeyAdmin(ActionsOnlyAdmin):
 
 # --------------------------------------------------------------------------- channels
 
-SECRET_NAME = re.compile(r"secret|token|password|encrypt_key|private|credential", re.IGNORECASE)
-
 
 def mask(value: Any) -> str:
     text = str(value)
@@ -646,17 +648,14 @@ def mask(value: Any) -> str:
     return "••••••" + (text[-4:] if len(text) >= 16 else "")
 
 
-def masked_config(config: Any) -> Any:
-    """The channel's config with every secret-looking value masked (at any depth)."""
-    if isinstance(config, dict):
-        return {
-            k: (mask(v) if SECRET_NAME.search(str(k)) and v not in (None, "") and not isinstance(v, (dict, list))
-                else masked_config(v))
-            for k, v in config.items()
-        }  # fmt: skip
-    if isinstance(config, list):
-        return [masked_config(v) for v in config]
-    return config
+def masked_config(channel: Channel) -> dict[str, Any]:
+    """The channel's config with the keys its kind marks as secret masked (every key, for an unknown kind)."""
+    config = channel.config if isinstance(channel.config, dict) else {}
+    try:
+        secrets = secret_keys(get_config_model(channel.kind))
+    except ValueError:
+        secrets = frozenset(config)
+    return {k: mask(v) if k in secrets and v not in (None, "") else v for k, v in config.items()}
 
 
 @admin.register(Channel)
@@ -674,9 +673,9 @@ class ChannelAdmin(ReadOnlyAdmin):
 
     @admin.display(description="settings")
     def settings_masked(self, obj: Channel) -> str:
-        items = masked_config(obj.config or {})
+        items = masked_config(obj)
         return ", ".join(f"{k}={v}" for k, v in items.items() if v not in (None, "", [], {})) or "—"
 
     @admin.display(description="config (secrets masked)")
     def config_masked(self, obj: Channel) -> str:
-        return pretty_json(masked_config(obj.config or {}))
+        return pretty_json(masked_config(obj))

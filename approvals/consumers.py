@@ -14,19 +14,22 @@ approval counted toward a quorum, the final decision), and a close with code
 1000 after the final state. A bad or missing key closes with 4401; an unknown
 id, or another agent's, closes with 4404 (the WebSocket form of the API's 404).
 
-Each message is the contract's confirmation dict (CONTRACT §4) plus
+Each message is the API's confirmation dict (docs/reference/api.md) plus
 `approvals_required` and `approved_by` (who has approved so far).
 
-A connection waits like the long-poll does (`approvals.waiting`): one future
-in `gateway.realtime.waiters`, woken by PostgreSQL NOTIFY, with the process's
-batched re-check as the safety net; database reads borrow a connection through
-`waiting._db` and give it back at once. No thread, no held connection, no
-channel layer.
+A connection waits like the long-poll does, on the one waiting primitive
+(`approvals.waiting.confirmation_states`): one future in
+`gateway.realtime.waiters`, woken by PostgreSQL NOTIFY, with the process's
+batched re-check as the safety net; database reads borrow a connection and
+give it back at once. No thread, no held connection, no channel layer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
 import json
 import logging
 import uuid
@@ -37,9 +40,9 @@ from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from approvals import selectors
 from approvals.api.auth import bearer_token
-from approvals.waiting import _agent_id_for_key, _db, _ensure_rechecker, _expire, _resolve
-from gateway.realtime import waiters
+from approvals.waiting import agent_id_for_key, confirmation_states, read_confirmation
 
 SUBPROTOCOL = "gateway.v1"
 BEARER_SUBPROTOCOL_PREFIX = "bearer."
@@ -64,25 +67,26 @@ def api_key_from_scope(scope: dict[str, Any]) -> str:
     return (query.get("api_key") or [""])[0]
 
 
-def _read_state(confirmation_id: uuid.UUID, agent_id: int) -> tuple[dict[str, Any], bool, Any] | None:
-    """(message, is_final, expires_at) for one of this agent's requests; None if it is not theirs."""
-    from approvals import selectors
-    from approvals.models import ConfirmationRequest
+@dataclasses.dataclass(frozen=True)
+class SocketState:
+    """What the socket pushes about one request, and what waiting on it needs."""
 
-    confirmation = (
-        ConfirmationRequest.objects.select_related("agent").filter(pk=confirmation_id, agent_id=agent_id).first()
-    )
+    message: dict[str, Any]
+    is_final: bool
+    expires_at: dt.datetime | None
+
+
+def read_socket_state(confirmation_id: uuid.UUID, agent_id: int) -> SocketState | None:
+    """One of this agent's requests as the socket shows it; None if it is not theirs."""
+    confirmation = read_confirmation(confirmation_id, agent_id)
     if confirmation is None:
         return None
-    approved_by = list(
-        confirmation.responses.filter(decision="approve").order_by("created_at").values_list("approver", flat=True)
-    )
     message = {
         **selectors.confirmation_as_dict(confirmation),
         "approvals_required": confirmation.approvals_required,
-        "approved_by": approved_by,
+        "approved_by": selectors.approvals_so_far(confirmation),
     }
-    return message, confirmation.is_final, confirmation.expires_at
+    return SocketState(message, confirmation.is_final, confirmation.expires_at)
 
 
 class ConfirmationConsumer(AsyncWebsocketConsumer):
@@ -97,7 +101,7 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
 
     # Channels closes old DB connections before every handler and after a disconnect by
     # hopping onto the thread that serves Django's sync views. We never hold a connection
-    # here (`_db` gives it back at once), so these two overrides skip that hop.
+    # here (`approvals.waiting.db_call` gives it back at once), so these two overrides skip that hop.
     async def dispatch(self, message):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
@@ -113,8 +117,7 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
         # Accept first, then close with a code: a refused handshake reaches the client as a
         # bare HTTP 403, which cannot say "bad key" from "no such request".
         await self.accept(subprotocol=subprotocol)
-        raw_key = api_key_from_scope(self.scope)
-        agent_id = await _db(_agent_id_for_key)(raw_key) if raw_key else None
+        agent_id = await agent_id_for_key(api_key_from_scope(self.scope))
         if agent_id is None:
             return await self.close(code=CLOSE_UNAUTHORIZED)
         try:
@@ -144,44 +147,19 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
     async def _watch(self) -> None:
         """Send the state now and after every change; close after the final one.
 
-        Registers before the first read so a decision committed in between still
-        wakes us; re-reads on every wake-up and every few seconds (NOTIFY is a hint);
-        expires the request itself at its deadline, as the long-poll does.
+        Every wake-up re-reads the request (NOTIFY is a hint); a state the
+        client already has is not sent again.
         """
-        from django.utils import timezone
-
-        key = str(self.confirmation_id)
-        _ensure_rechecker()  # the batched safety net catches a final state whose NOTIFY was lost
-        future = waiters.register(key)
+        states = confirmation_states(
+            confirmation_id=self.confirmation_id, agent_id=self.agent_id, read=read_socket_state
+        )
         last_sent: dict[str, Any] | None = None
-        try:
-            while True:
-                state = await _db(_read_state)(self.confirmation_id, self.agent_id)
-                if state is None:
-                    return await self.close(code=CLOSE_NOT_FOUND)
-                message, is_final, expires_at = state
-                if message != last_sent:
-                    await self.send(text_data=json.dumps(message))
-                    last_sent = message
-                if is_final:
+        async with contextlib.aclosing(states):
+            async for state in states:
+                if state.message != last_sent:
+                    await self.send(text_data=json.dumps(state.message))
+                    last_sent = state.message
+                if state.is_final:
                     return await self.close(code=CLOSE_NORMAL)
-                # Wait for a NOTIFY (every change, counted quorum approvals included),
-                # the batched re-check, or the request's own deadline.
-                step = None
-                if expires_at is not None:
-                    until_expiry = (expires_at - timezone.now()).total_seconds()
-                    if until_expiry <= 0:
-                        await _db(_expire)(self.confirmation_id)
-                        continue
-                    step = until_expiry + 0.01 if step is None else min(step, until_expiry + 0.01)
-                timer = asyncio.get_running_loop().call_later(step, _resolve, future) if step is not None else None
-                try:
-                    await future
-                finally:
-                    if timer is not None:
-                        timer.cancel()
-                if future.done():
-                    waiters.unregister(key, future)
-                    future = waiters.register(key)
-        finally:
-            waiters.unregister(key, future)
+        if last_sent is None:  # nothing to watch: not a request of this agent's
+            await self.close(code=CLOSE_NOT_FOUND)

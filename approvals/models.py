@@ -2,7 +2,8 @@
 
 State changes never go through `save()`: every transition is one conditional
 UPDATE in `approvals.services` (see `TRANSITIONS`). Audit rows (events,
-responses, tool calls) are append-only.
+responses, tool calls) are append-only. The hooks keep their own small state
+in `hooks.models`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from channels_ext.base import ADAPTERS
+from channels_ext.base import CHANNEL_KINDS
 
 
 def new_webhook_secret() -> str:
@@ -89,7 +90,7 @@ class ApiKey(models.Model):
 
 class Channel(models.Model):
     name = models.SlugField(max_length=64, unique=True)
-    kind = models.CharField(max_length=20, choices=[(k, k) for k in ADAPTERS])
+    kind = models.CharField(max_length=20, choices=[(k, k) for k in CHANNEL_KINDS])
     config = models.JSONField(default=dict, help_text="The channel's keys from the config file (secrets included).")
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
@@ -313,24 +314,3 @@ class Outbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} → {self.channel or 'webhook'} [{self.status}]"
-
-
-class HookState(models.Model):
-    """Small per-agent state that hooks keep between calls: counters (rate limits,
-    turn limits), what was injected in a session, cached tool results.
-
-    Counters change with one conditional UPDATE (`counter < limit`), so they are
-    exact under concurrency.
-    """
-
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="hook_state")
-    scope = models.CharField(max_length=200)  # e.g. "rate_limit:<hook>:user:u-42", "session:<id>"
-    key = models.CharField(max_length=200)
-    counter = models.IntegerField(default=0)
-    value = models.JSONField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["agent", "scope", "key"], name="uniq_hook_state")]
-        indexes = [models.Index(fields=["expires_at"], name="hook_state_expiry")]

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 
-from approvals.errors import NotFound
-from approvals.models import Agent, ApiKey, Channel, ConfirmationRequest, Outbox, OutboxKind, OutboxStatus, Status
+from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.models import (
+    Agent,
+    ApiKey,
+    Channel,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Outbox,
+    OutboxKind,
+    OutboxStatus,
+    Status,
+    ToolCall,
+)
+from approvals.types import SYSTEM_ACTOR, PreToolUseAnswer
 from channels_ext.base import CardView, ChannelAdapter, get_adapter
-
-if TYPE_CHECKING:
-    from approvals.services import PreToolUseAnswer
-    from hooks.base import Hook
+from hooks.base import Hook
+from hooks.registry import build, validate_agent_hooks
 
 
 def api_key_lookup(*, raw_key: str) -> ApiKey | None:
@@ -42,10 +53,12 @@ def agent_hooks(*, agent: Agent) -> tuple[int, list[Hook]]:
 @functools.lru_cache(maxsize=512)
 def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
     """Hooks built from a stored hook list; cached by content, so a new version builds anew."""
-    from hooks.registry import registry
-    from hooks.schema import validate_agent_hooks
+    return tuple(build(validate_agent_hooks(json.loads(hooks_json))))
 
-    return tuple(registry.build(validate_agent_hooks(json.loads(hooks_json))))
+
+def channel_names() -> set[str]:
+    """The names of the configured channels (approval gates may name these)."""
+    return set(Channel.objects.values_list("name", flat=True))
 
 
 def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> ConfirmationRequest:
@@ -66,7 +79,7 @@ def confirmation_url(confirmation: ConfirmationRequest | str) -> str:
 
 
 def confirmation_as_dict(confirmation: ConfirmationRequest) -> dict[str, Any]:
-    """The contract's view of one request (CONTRACT §4)."""
+    """The API's view of one request (docs/reference/api.md)."""
     return {
         "id": str(confirmation.pk),
         "status": confirmation.status,
@@ -97,8 +110,6 @@ def final_state_sentence(confirmation: ConfirmationRequest) -> str:
 
 def answer_for_confirmation(confirmation: ConfirmationRequest, *, tool_args: dict[str, Any]) -> PreToolUseAnswer:
     """The pre-tool-use answer a request's current state implies."""
-    from approvals.services import PreToolUseAnswer
-
     status = confirmation.status
     who = confirmation.decided_by or "someone"
     if status == Status.PENDING:
@@ -107,7 +118,7 @@ def answer_for_confirmation(confirmation: ConfirmationRequest, *, tool_args: dic
         decision, reason = "allow", f"approved by {who}"
     elif status == Status.REJECTED:
         decision = "deny"
-        if who == "gateway":
+        if who == SYSTEM_ACTOR:
             reason = confirmation.decision_reason
         else:
             reason = f"rejected by {who}" + (f": {confirmation.decision_reason}" if confirmation.decision_reason else "")
@@ -147,10 +158,15 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str) -> t
     return None
 
 
-def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> CardView:
-    approved_by = tuple(
+def approvals_so_far(confirmation: ConfirmationRequest) -> list[str]:
+    """Who has approved a request so far, first first (quorum progress)."""
+    return list(
         confirmation.responses.filter(decision="approve").order_by("created_at").values_list("approver", flat=True)
     )
+
+
+def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> CardView:
+    approved_by = tuple(approvals_so_far(confirmation))
     escalated = bool(
         confirmation.escalated_at and channel_name and channel_name == confirmation.channel.name
     )
@@ -192,11 +208,8 @@ def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
     )
 
 
-def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str):
+def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str) -> ToolCall:
     """The allowed call a post-tool-use / tool-error reports on; refuses calls never allowed."""
-    from approvals.errors import Conflict, InvalidInput
-    from approvals.models import ToolCall
-
     if not tool_call_id:
         raise InvalidInput("tool_call_id is required for this event", details={"tool_call_id": ["required"]})
     call = (
@@ -213,3 +226,85 @@ def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str
     if not allowed:
         raise Conflict(f"tool call {tool_call_id!r} was never allowed to run", details={"decision": call.decision})
     return call
+
+
+def tool_call_audit(*, tool_call_id: str) -> dict[str, Any]:
+    """One ToolCall in full, for audits (`manage.py describe_toolcall`): args, every
+    hook's decision with its config version, the approval and its events, result, timings.
+
+    `tool_call_id` is the record's UUID, or an agent's `tool_call_id` that names one record.
+    """
+    try:
+        calls = list(ToolCall.objects.filter(pk=uuid.UUID(str(tool_call_id))))
+    except ValueError:
+        calls = []
+    if not calls:
+        calls = list(ToolCall.objects.filter(tool_call_id=tool_call_id)[:10])
+    if not calls:
+        raise NotFound(f"no tool call {tool_call_id!r}")
+    if len(calls) > 1:
+        ids = ", ".join(str(c.pk) for c in calls)
+        raise NotFound(f"{tool_call_id!r} names several tool calls; give one id: {ids}")
+    call = ToolCall.objects.select_related("agent", "confirmation", "confirmation__channel").get(pk=calls[0].pk)
+
+    def iso(value: dt.datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    approval = None
+    if call.confirmation is not None:
+        c = call.confirmation
+        approval = {
+            "id": str(c.pk),
+            "status": c.status,
+            "channel": c.channel.name,
+            "approvers": c.approvers,
+            "approvals_required": c.approvals_required,
+            "gate": c.hook_name,
+            "config_version": c.config_version,
+            "reason": c.reason,
+            "decided_by": c.decided_by or None,
+            "decided_at": iso(c.decided_at),
+            "decision_reason": c.decision_reason,
+            "expires_at": iso(c.expires_at),
+            "responses": [
+                {
+                    "approver": r.approver,
+                    "decision": r.decision,
+                    "reason": r.reason,
+                    "channel": r.channel,
+                    "at": iso(r.created_at),
+                }
+                for r in c.responses.all()
+            ],
+            "events": [
+                {"kind": e.kind, "actor": e.actor, "channel": e.channel, "message": e.message, "at": iso(e.created_at)}
+                for e in ConfirmationEvent.objects.filter(confirmation=c)
+            ],
+        }
+    return {
+        "id": str(call.pk),
+        "agent": call.agent.name,
+        "session_id": call.session_id,
+        "turn_id": call.turn_id,
+        "tool_call_id": call.tool_call_id,
+        "tool_name": call.tool_name,
+        "tool_args": call.tool_args,
+        "user_id": call.user_id,
+        "metadata": call.metadata,
+        "idempotency_key": call.idempotency_key,
+        "decision": call.decision,
+        "reason": call.reason,
+        "decided_by_hook": call.decided_by_hook,
+        "config_version": call.config_version,
+        # pre-tool-use decisions were stored without event and version: they are the call's own.
+        "hook_decisions": [
+            {"event": "pre_tool_use", "config_version": call.config_version, **d} for d in call.hook_decisions
+        ],
+        "approval": approval,
+        "outcome": call.outcome or None,
+        "result": call.result,
+        "result_size": call.result_size,
+        "duration_ms": call.duration_ms,
+        "created_at": iso(call.created_at),
+        "completed_at": iso(call.completed_at),
+    }

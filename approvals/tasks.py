@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from celery import shared_task
 
 from approvals import services
+from approvals.services.records import DELIVER_OUTBOX_TASK
 
 
-@shared_task(bind=True, max_retries=None, acks_late=True)
+@shared_task(name=DELIVER_OUTBOX_TASK, bind=True, max_retries=None, acks_late=True)
 def deliver_outbox(self, outbox_id: int) -> None:
     """Send one outbox row (card, redraw, reminder, webhook); transient failures come back later."""
     result = services.outbox_deliver(outbox_id=outbox_id)
@@ -32,9 +35,5 @@ def expire_due() -> int:
 
 @shared_task
 def run_timers() -> dict[str, int]:
-    """Beat, every ~5 s: send due reminders and escalations; drop stale rate-limit counters."""
-    from dataclasses import asdict
-
-    from approvals.timers import confirmation_timers_due
-
-    return asdict(confirmation_timers_due())
+    """Beat, every ~5 s: send due reminders and escalations; drop expired hook state."""
+    return dataclasses.asdict(services.confirmation_timers_due())

@@ -10,14 +10,14 @@ class ChannelsExtConfig(AppConfig):
     verbose_name = "Chat channels"
 
     def ready(self) -> None:
-        from channels_ext.base import ADAPTERS
-        from channels_ext.checks import check_channel_configs
+        from channels_ext.base import CHANNEL_KINDS
+        from channels_ext.checks import check_channel_configs  # reads Channel rows: only once apps are ready
 
         # Tags.database: runs under `migrate` and `check --database default`, on a migrated database only.
         checks.register(check_channel_configs, checks.Tags.database)
 
         # Celery's autodiscovery imports `channels_ext.tasks` only; a worker must also know each
         # channel package's own tasks (e.g. slack's response_url notes) before it starts consuming.
-        for package in sorted({path.rsplit(".", 2)[0] for path in ADAPTERS.values()}):
+        for package in sorted({kind.adapter.rsplit(".", 2)[0] for kind in CHANNEL_KINDS.values()}):
             if find_spec(f"{package}.tasks") is not None:
                 import_module(f"{package}.tasks")

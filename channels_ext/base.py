@@ -7,6 +7,11 @@ store, and turns an inbound HTTP callback into `Callback`s that it hands to a
 `approvals.services`). `ChannelError` is the only error that leaves
 `post_card`/`update_card`; `CallbackError` the only one that leaves
 `handle_callback`.
+
+A channel kind is one package (`channels_ext/<kind>/`: its config model, its
+adapter, its cards) plus one line in `CHANNEL_KINDS`. Every list of kinds —
+the Channel model's choices, the config file's schema, the system checks,
+the admin's masking of secrets — is derived from that dict.
 """
 
 from __future__ import annotations
@@ -19,17 +24,53 @@ from typing import Any, ClassVar, Literal
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticUndefined
 
-# kind -> dotted path of the adapter class. Feeds the Channel model's choices;
-# `get_adapter_class(kind)` is the only way to pick one.
-ADAPTERS: dict[str, str] = {
-    "web": "channels_ext.web.adapter.WebAdapter",
-    "slack": "channels_ext.slack.adapter.SlackAdapter",
-    "feishu": "channels_ext.feishu.adapter.FeishuAdapter",
+from gateway.configfile import SLUG
+from gateway.outbound import DeliveryFailed
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelKind:
+    """Where a kind's two halves live, as dotted paths (imported when first needed)."""
+
+    config: str  # its pydantic config model: light, imported to validate config files
+    adapter: str  # its adapter class: may import a vendor SDK (lark-oapi takes seconds)
+
+
+CHANNEL_KINDS: dict[str, ChannelKind] = {
+    "web": ChannelKind("channels_ext.web.config.WebChannelConfig", "channels_ext.web.adapter.WebAdapter"),
+    "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
+    "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
 }
 
 Decision = Literal["approve", "reject"]
+
+
+# --------------------------------------------------------------------------- config models
+
+
+def secret(default: Any = PydanticUndefined, **kwargs: Any) -> Any:
+    """A config key that holds a secret (a token, a signing key): masked wherever a channel is shown."""
+    return Field(default, json_schema_extra={"secret": True}, **kwargs)
+
+
+class ChannelConfigBase(BaseModel):
+    """Keys every channel has; each kind adds its own. Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=SLUG, max_length=64)
+    kind: str
+
+
+def secret_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The keys of a channel config model marked with `secret(...)`."""
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("secret")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,14 +135,8 @@ class DecisionOutcome:
 Decide = Callable[[Callback], DecisionOutcome]
 
 
-class ChannelError(Exception):
-    """A failed outbound call. Transient ones are retried; permanent ones fail the request."""
-
-    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None):
-        super().__init__(message)
-        self.message = message
-        self.permanent = permanent
-        self.retry_after = retry_after
+class ChannelError(DeliveryFailed):
+    """A failed call to a chat product. Transient ones are retried; permanent ones fail the request."""
 
 
 class CallbackError(Exception):
@@ -117,7 +152,7 @@ class ChannelAdapter:
     """Base class: one instance per configured channel."""
 
     kind: ClassVar[str]
-    config_model: ClassVar[type[BaseModel]]
+    config_model: ClassVar[type[ChannelConfigBase]]
 
     def __init__(self, name: str, config: BaseModel):
         self.name = name
@@ -145,16 +180,25 @@ class ChannelAdapter:
         self.update_card(dataclasses.replace(card, note=text), ref)
 
 
-def get_adapter_class(kind: str) -> type[ChannelAdapter]:
+def _kind(kind: str) -> ChannelKind:
     try:
-        return import_string(ADAPTERS[kind])
+        return CHANNEL_KINDS[kind]
     except KeyError:
-        raise ValueError(f"unknown channel kind {kind!r}; known: {', '.join(sorted(ADAPTERS))}") from None
+        raise ValueError(f"unknown channel kind {kind!r}; known: {', '.join(sorted(CHANNEL_KINDS))}") from None
+
+
+def get_config_model(kind: str) -> type[ChannelConfigBase]:
+    """The config model of a channel kind (without importing its adapter)."""
+    return import_string(_kind(kind).config)
+
+
+def get_adapter_class(kind: str) -> type[ChannelAdapter]:
+    return import_string(_kind(kind).adapter)
 
 
 def get_adapter(name: str, kind: str, config: dict[str, Any]) -> ChannelAdapter:
     cls = get_adapter_class(kind)
-    return cls(name, cls.config_model.model_validate({"name": name, "kind": kind, **config}))
+    return cls(name, get_config_model(kind).model_validate({"name": name, "kind": kind, **config}))
 
 
 # Buttons carry a signed confirmation id so a forged value cannot name another request.

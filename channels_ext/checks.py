@@ -4,7 +4,7 @@ Channels live in the database (written by `apply_config` or the admin), so
 this is a `database`-tagged check: Django runs it only when it is given
 databases to inspect, and it skips a database whose tables do not exist yet
 (`migrate` runs checks before it migrates). Every kind is validated the same
-way, against its adapter's `config_model`, exactly as `get_adapter` will at
+way, against its kind's config model, exactly as `get_adapter` will at
 delivery time. Messages name the channel and the key, never a value.
 """
 
@@ -17,7 +17,8 @@ from django.core.checks import CheckMessage, Error
 from django.db import connections, router
 from pydantic import BaseModel, ValidationError
 
-from channels_ext.base import ADAPTERS, get_adapter_class
+from approvals.models import Channel
+from channels_ext.base import CHANNEL_KINDS, get_config_model
 
 E001 = "channels_ext.E001"  # a key of a channel's config is missing, empty or invalid
 E002 = "channels_ext.E002"  # a channel's kind has no adapter
@@ -32,8 +33,6 @@ def check_channel_configs(
     """Report every configured channel whose config its adapter would refuse."""
     if not databases:
         return []
-    from approvals.models import Channel
-
     messages: list[CheckMessage] = []
     for alias in databases:
         if not router.allow_migrate_model(alias, Channel):
@@ -48,12 +47,12 @@ def check_channel_configs(
 
 def _channel_problems(name: str, kind: str, config: Any, *, obj: Any) -> list[CheckMessage]:
     try:
-        model = get_adapter_class(kind).config_model
+        model = get_config_model(kind)
     except ValueError:
         return [
             Error(
                 f"Channel {name!r} has kind {kind!r}, which no adapter handles.",
-                hint=f"Use one of: {', '.join(sorted(ADAPTERS))}.",
+                hint=f"Use one of: {', '.join(sorted(CHANNEL_KINDS))}.",
                 obj=obj,
                 id=E002,
             )

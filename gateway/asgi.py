@@ -15,7 +15,7 @@ apply_startup_config()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from approvals.waiting import WaitingMiddleware  # noqa: E402
+from approvals.api.longpoll import WaitingMiddleware  # noqa: E402
 from gateway.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

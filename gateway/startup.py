@@ -1,4 +1,4 @@
-"""Start-up work of a server process: apply `GATEWAY_CONFIG` if set (CONTRACT §2)."""
+"""Start-up work of a server process: apply `GATEWAY_CONFIG` if set (docs/reference/environment.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import logging
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError
+
+from approvals import services
+from approvals.config_schema import load_config_file
+from gateway.configfile import ConfigError
 
 logger = logging.getLogger("gateway")
 
@@ -20,9 +24,6 @@ def apply_startup_config() -> None:
     path = settings.GATEWAY_CONFIG
     if not path:
         return
-    from approvals import services
-    from hooks.schema import ConfigError, load_config_file
-
     try:
         config = load_config_file(path)
     except ConfigError as exc:

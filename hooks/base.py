@@ -1,9 +1,17 @@
 """The hook contract: what a hook sees (`HookContext`), what it answers
-(`HookResult`), and the base class every built-in kind extends.
+(`HookResult`), and the base class every kind extends.
 
-Hooks decide; they never write to the database. The services that run a
+Hooks decide; they never touch the gateway's records. The services that run a
 chain (`approvals.services`) record every hook's result and perform the
 writes (tool-call record, confirmation request, outbox) in one transaction.
+A hook that must remember something between calls (a rate-limit counter,
+what was injected in a session) keeps it in the hooks' own store,
+`hooks.state`.
+
+What the core needs to know about a kind is asked of the kind, never
+hard-coded by name: whether it can suspend a call for a human (`ask_spec`),
+which hooks its asks are routed to (`ask_targets`), and the caps it puts on
+retries (`retry_caps`).
 """
 
 from __future__ import annotations
@@ -11,9 +19,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import fnmatch
+import json
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
+
+from hooks.cel import compile_expression, evaluate
 
 EVENTS = (
     "session_start",
@@ -28,6 +39,11 @@ EVENTS = (
 DECIDING_EVENTS = frozenset({"session_start", "pre_turn", "pre_tool_use"})
 
 HookDecision = Literal["allow", "deny", "ask", "none"]
+
+# Caps on a tool-error `retry`, whatever hook asked for it, unless a hook that ran
+# for the error says otherwise (`Hook.retry_caps`; the tightest one wins).
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_MAX_TOTAL_SECONDS = 60.0
 
 
 @dataclasses.dataclass
@@ -55,7 +71,7 @@ class HookContext:
     session: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def cel_variables(self) -> dict[str, Any]:
-        """The variables a `when` expression may use (CONTRACT §3b)."""
+        """The variables a `when` expression may use (docs/reference/config.md)."""
         return {
             "tool": self.tool_name,
             "args": self.tool_args,
@@ -119,6 +135,13 @@ class HookResult:
         return cls(decision="none", **kw)
 
 
+def result_text(result: Any) -> str:
+    """A tool result as the model reads it: a string as is, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False, default=str)
+
+
 def tool_matches(patterns: list[str] | tuple[str, ...], tool_name: str) -> bool:
     """`*` matches all; `server__*` a prefix; anything else an exact name."""
     for pattern in patterns:
@@ -133,7 +156,8 @@ class Hook:
     """Base class for every hook kind.
 
     Subclasses set `kind`, `events` (the events the kind can run at; the first
-    is its default) and `config_model`, and implement `run`.
+    is its default) and `config_model`, and implement `run`. A kind is one
+    module and one line in `hooks.registry.HOOK_KINDS`.
     """
 
     kind: ClassVar[str]
@@ -147,11 +171,7 @@ class Hook:
         self.event: str = config.event or self.events[0]  # type: ignore[attr-defined]
         self.on_error: str = config.on_error  # type: ignore[attr-defined]
         when = getattr(config, "when", None)
-        self._when = None
-        if when:
-            from hooks.cel import compile_expression
-
-            self._when = compile_expression(when)
+        self._when = compile_expression(when) if when else None
 
     def should_trigger(self, ctx: HookContext) -> bool:
         if ctx.event != self.event:
@@ -160,8 +180,6 @@ class Hook:
         if ctx.tool_name and not tool_matches(tools, ctx.tool_name):
             return False
         if self._when is not None:
-            from hooks.cel import evaluate
-
             return evaluate(self._when, ctx.cel_variables())
         return True
 
@@ -171,3 +189,21 @@ class Hook:
     def mask(self, args: dict[str, Any]) -> dict[str, Any]:
         """Override to mask what is stored, shown and logged (never what the agent gets)."""
         return args
+
+    # --- what the chain runner asks of a kind ------------------------------------
+
+    def ask_spec(self, reason: str) -> AskSpec | None:
+        """Override in a kind that can suspend a call for a human: how to ask. None: it cannot."""
+        return None
+
+    def ask_targets(self) -> frozenset[str]:
+        """Names of the hooks this one routes its `ask`s to (they then run only when asked)."""
+        return frozenset()
+
+    def retry_caps(self) -> tuple[int, float] | None:
+        """(max_attempts, max_total_seconds) this hook puts on a tool-error retry; None: no cap of its own."""
+        return None
+
+    @property
+    def can_ask(self) -> bool:
+        return type(self).ask_spec is not Hook.ask_spec

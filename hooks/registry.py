@@ -1,174 +1,140 @@
-"""The hook registry and the chain runner.
+"""The hook kinds, and the validation and building of an agent's hook list.
 
-`registry.register` (alias `register`) records a hook class per kind,
-checking its shape at import time. `run_chain` runs an agent's hooks for one
-event in priority order (file order on ties), carries rewritten args forward,
-stops a deciding event at the first deny, and records every hook's answer.
+`HOOK_KINDS` is the one list of kinds: a kind is one module under
+`hooks/builtin/` (its config model and its hook class) plus one line here.
+Everything else that names kinds — the config file's schema, the error
+messages, the admin — is derived from it. Each class is checked when it is
+loaded (Django-checks style), so a broken kind fails at import, not at the
+first tool call.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from typing import Any
+from collections.abc import Collection
+from typing import Annotated, Any, Union
 
-from pydantic import BaseModel
+from django.utils.module_loading import import_string
+from pydantic import BaseModel, Field
 
-from hooks.base import DECIDING_EVENTS, EVENTS, AskSpec, Hook, HookContext, HookResult
+from gateway.configfile import ConfigError, ConfigProblem, check_unique_names, validate_tagged
+from hooks.base import EVENTS, Hook
+from hooks.config import HookConfigBase
 
-logger = logging.getLogger("hooks")
-
-
-class HookRegistry:
-    def __init__(self) -> None:
-        self.kinds: dict[str, type[Hook]] = {}
-
-    def register(self, cls: type[Hook]) -> type[Hook]:
-        kind = getattr(cls, "kind", None)
-        if not kind or not isinstance(kind, str):
-            raise TypeError(f"{cls.__name__} must set `kind`")
-        if kind in self.kinds:
-            raise TypeError(f"hook kind {kind!r} is registered twice")
-        events = getattr(cls, "events", ())
-        if not events or any(e not in EVENTS for e in events):
-            raise TypeError(f"{cls.__name__}.events must be a non-empty tuple of {EVENTS}")
-        if not isinstance(getattr(cls, "config_model", None), type) or not issubclass(cls.config_model, BaseModel):
-            raise TypeError(f"{cls.__name__}.config_model must be a pydantic model")
-        if cls.run is Hook.run:
-            raise TypeError(f"{cls.__name__} must implement run()")
-        self.kinds[kind] = cls
-        return cls
-
-    def build(self, configs: list[BaseModel]) -> list[Hook]:
-        """Instantiate validated hook configs, sorted by priority (stable: file order on ties)."""
-        import hooks.builtin  # noqa: F401  (registers the built-in kinds)
-
-        built = [self.kinds[c.kind](c) for c in configs]  # type: ignore[attr-defined]
-        return sorted(built, key=lambda h: h.priority)
+# kind -> dotted path of its hook class. File order is the order kinds are listed in messages.
+HOOK_KINDS: dict[str, str] = {
+    "approval_gate": "hooks.builtin.approval_gate.ApprovalGate",
+    "policy": "hooks.builtin.policy.PolicyHook",
+    "readonly_guard": "hooks.builtin.readonly_guard.ReadonlyGuard",
+    "rate_limit": "hooks.builtin.rate_limit.RateLimit",
+    "redact": "hooks.builtin.redact.Redact",
+    "command": "hooks.builtin.command.CommandHook",
+    "webhook": "hooks.builtin.webhook.WebhookHook",
+    "truncate_result": "hooks.builtin.truncate_result.TruncateResult",
+    "inject_tool_result": "hooks.builtin.inject_tool_result.InjectToolResult",
+    "retry_on_error": "hooks.builtin.retry_on_error.RetryOnError",
+    "turn_limit": "hooks.builtin.turn_limit.TurnLimit",
+}
 
 
-registry = HookRegistry()
-register = registry.register
+def _checked(kind: str, cls: Any) -> type[Hook]:
+    """Refuse a class that cannot be a hook kind, naming what is wrong."""
+    name = getattr(cls, "__name__", repr(cls))
+    if not isinstance(cls, type) or not issubclass(cls, Hook):
+        raise TypeError(f"hook kind {kind!r}: {name} is not a Hook subclass")
+    if getattr(cls, "kind", None) != kind:
+        raise TypeError(f"hook kind {kind!r}: {name}.kind must be {kind!r}")
+    events = getattr(cls, "events", ())
+    if not events or any(e not in EVENTS for e in events):
+        raise TypeError(f"hook kind {kind!r}: {name}.events must be a non-empty tuple of {EVENTS}")
+    model = getattr(cls, "config_model", None)
+    if not isinstance(model, type) or not issubclass(model, HookConfigBase):
+        raise TypeError(f"hook kind {kind!r}: {name}.config_model must be a HookConfigBase model")
+    if tuple(model.EVENTS) != tuple(events):
+        raise TypeError(f"hook kind {kind!r}: {name}.events must be the events its config_model allows")
+    if cls.run is Hook.run:
+        raise TypeError(f"hook kind {kind!r}: {name} must implement run()")
+    return cls
 
 
-@dataclasses.dataclass
-class ChainOutcome:
-    decision: str  # allow | deny | ask (deciding events); allow for observing events
-    reason: str
-    decided_by: str
-    tool_args: dict[str, Any]
-    stored_args: dict[str, Any] | None
-    ask: AskSpec | None
-    hook_decisions: list[dict[str, Any]]
-    side_effects: list[str]
-    result: Any
-    result_rewritten: bool
-    messages: list[dict[str, Any]]
-    action: str
-    delay_seconds: float
+HOOK_CLASSES: dict[str, type[Hook]] = {kind: _checked(kind, import_string(path)) for kind, path in HOOK_KINDS.items()}
+HOOK_CONFIG_MODELS: dict[str, type[HookConfigBase]] = {kind: cls.config_model for kind, cls in HOOK_CLASSES.items()}
+KNOWN_KINDS: tuple[str, ...] = tuple(HOOK_KINDS)
+# Kinds that can suspend a call for a human; a `gate` reference must name one of these.
+ASKING_KINDS: tuple[str, ...] = tuple(kind for kind, cls in HOOK_CLASSES.items() if cls.ask_spec is not Hook.ask_spec)
+
+# One hook of any kind, told apart by `kind` (for the config file's JSON Schema).
+HookConfig = Annotated[Union[tuple(HOOK_CONFIG_MODELS.values())], Field(discriminator="kind")]  # type: ignore[misc]
 
 
-def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
-    """Run `hooks` for `ctx.event`. Hooks never raise out of here: errors follow `on_error`."""
-    deciding = ctx.event in DECIDING_EVENTS
-    gates = {h.name: h for h in hooks if h.kind == "approval_gate"}
-    asked_via = {getattr(h.config, "ask_via", None) for h in hooks if h.kind == "policy"} - {None}
-    out = ChainOutcome(
-        decision="allow",
-        reason="",
-        decided_by="",
-        tool_args=dict(ctx.tool_args),
-        stored_args=None,
-        ask=None,
-        hook_decisions=[],
-        side_effects=[],
-        result=ctx.result,
-        result_rewritten=False,
-        messages=[],
-        action="",
-        delay_seconds=0.0,
-    )
-    maskers: list[Hook] = []
-    reached: set[int] = set()
-    for hook in hooks:
-        reached.add(id(hook))
-        if hook.name in asked_via:
-            continue  # a gate named by a policy's ask_via runs only when asked
-        result = _run_one(hook, ctx)
-        if result is None:
-            continue
-        if result.ask_via and result.decision == "ask":
-            gate = gates.get(result.ask_via)
-            if gate is not None:
-                routed = _run_one(gate, ctx, force=True)
-                if routed is not None and routed.ask is not None:
-                    result.ask = dataclasses.replace(routed.ask, reason=result.reason or routed.ask.reason)
-        out.hook_decisions.append(
-            {"hook": hook.name, "kind": hook.kind, "decision": result.decision, "reason": result.reason}
-        )
-        out.side_effects.extend(result.side_effects)
-        out.messages.extend(result.messages)
-        if result.tool_args is not None:
-            ctx.tool_args = dict(result.tool_args)
-            out.tool_args = dict(result.tool_args)
-        if type(hook).mask is not Hook.mask:
-            maskers.append(hook)
-        if result.rewrote_result:
-            ctx.result = result.result
-            out.result, out.result_rewritten = result.result, True
-        if result.action and not out.action:
-            out.action, out.delay_seconds = result.action, result.delay_seconds
-            out.reason, out.decided_by = result.reason, hook.name
-        if not deciding:
-            continue
-        if result.decision == "deny":
-            out.decision, out.reason, out.decided_by, out.ask = "deny", result.reason, hook.name, None
-            break
-        if result.decision == "ask" and out.ask is None:
-            if result.ask is None:
-                out.decision, out.reason, out.decided_by = (
-                    "deny",
-                    f"hook {hook.name} asked for approval but names no approval gate",
-                    hook.name,
+def build(configs: list[BaseModel]) -> list[Hook]:
+    """Instantiate validated hook configs, sorted by priority (stable: file order on ties)."""
+    built = [HOOK_CLASSES[config.kind](config) for config in configs]  # type: ignore[attr-defined]
+    return sorted(built, key=lambda hook: hook.priority)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_agent_hooks(
+    hooks: Any,
+    *,
+    channel_names: Collection[str] | None = None,
+    path_prefix: str = "hooks",
+) -> list[HookConfigBase]:
+    """Validate one agent's hook list and fill in default names; raise ConfigError naming every problem.
+
+    `channel_names` are the channels the hooks may name; None skips that check.
+    Problems have paths under `path_prefix` (`agents[0].hooks` inside a whole file).
+    """
+    if not isinstance(hooks, list):
+        raise ConfigError([ConfigProblem(path_prefix, "must be a list")])
+    problems: list[ConfigProblem] = []
+    validated = collect_hooks(hooks, path_prefix, channel_names, problems)
+    if problems:
+        raise ConfigError(problems)
+    return validated
+
+
+def collect_hooks(
+    raw_hooks: list[Any], path: str, channel_names: Collection[str] | None, problems: list[ConfigProblem]
+) -> list[HookConfigBase]:
+    """Validate each hook, name the unnamed, then check the references between one agent's hooks.
+
+    Problems are appended to `problems`; the valid hooks are returned.
+    """
+    hooks: list[tuple[str, HookConfigBase]] = []
+    for index, raw in enumerate(raw_hooks):
+        hook_path = f"{path}[{index}]"
+        hook = validate_tagged(raw, hook_path, HOOK_CONFIG_MODELS, "hook", problems)
+        if hook is not None:
+            hook.name = hook.name or f"{hook.kind}-{index + 1}"
+            hooks.append((hook_path, hook))
+    check_unique_names(((hook_path, hook.name) for hook_path, hook in hooks), problems)
+    if len(hooks) == len(raw_hooks):  # else the gate a reference names may be the invalid hook
+        _check_gate_references(hooks, problems)
+    if channel_names is not None:
+        _check_channel_references(hooks, channel_names, problems)
+    return [hook for _, hook in hooks]
+
+
+def _check_gate_references(hooks: list[tuple[str, HookConfigBase]], problems: list[ConfigProblem]) -> None:
+    gates = sorted(hook.name for _, hook in hooks if hook.kind in ASKING_KINDS)
+    known = f"its approval gates: {', '.join(gates)}" if gates else "it has none"
+    kinds = " or ".join(ASKING_KINDS)
+    for hook_path, hook in hooks:
+        for reference in hook.references():
+            if reference.to == "gate" and reference.name not in gates:
+                message = f"no {kinds} named {reference.name!r} in this agent; {known}"
+                problems.append(ConfigProblem(f"{hook_path}.{reference.path}", message))
+
+
+def _check_channel_references(
+    hooks: list[tuple[str, HookConfigBase]], channel_names: Collection[str], problems: list[ConfigProblem]
+) -> None:
+    known = f"known channels: {', '.join(sorted(channel_names))}" if channel_names else "no channels are configured"
+    for hook_path, hook in hooks:
+        for reference in hook.references():
+            if reference.to == "channel" and reference.name not in channel_names:
+                problems.append(
+                    ConfigProblem(f"{hook_path}.{reference.path}", f"unknown channel {reference.name!r}; {known}")
                 )
-                break
-            out.decision, out.reason, out.decided_by, out.ask = "ask", result.reason, hook.name, result.ask
-        elif result.decision == "allow" and out.decision == "allow" and not out.decided_by:
-            out.reason, out.decided_by = result.reason, hook.name
-    # A masking hook the chain stopped before (a deny ran first) still masks what is stored.
-    for hook in hooks:
-        if type(hook).mask is not Hook.mask and id(hook) not in reached and _would_trigger(hook, ctx):
-            maskers.append(hook)
-    if maskers:
-        # What is stored, shown on cards and logged: the final args with every mask applied.
-        stored = out.tool_args
-        for hook in maskers:
-            stored = hook.mask(stored)
-        out.stored_args = stored
-    return out
-
-
-def _would_trigger(hook: Hook, ctx: HookContext) -> bool:
-    """Whether a hook that did not run applies to this call; if its `when` fails, mask anyway."""
-    try:
-        return hook.should_trigger(ctx)
-    except Exception:
-        return True
-
-
-def _run_one(hook: Hook, ctx: HookContext, *, force: bool = False) -> HookResult | None:
-    """One hook, with its `on_error` policy applied. None if it does not apply."""
-    try:
-        if not force and not hook.should_trigger(ctx):
-            return None
-        result = hook.run(ctx)
-        if not isinstance(result, HookResult):
-            raise TypeError(f"hook returned {type(result).__name__}, not HookResult")
-        return result
-    except Exception as exc:
-        message = f"hook {hook.name} failed: {exc}"
-        if hook.on_error == "fail_open":
-            logger.warning("%s (fail_open: ignored)", message)
-            return HookResult(decision="none", reason=message, side_effects=[f"hook_error:{hook.name}"])
-        logger.warning("%s (fail_closed: denied)", message)
-        return HookResult(decision="deny", reason=message, action="abort" if ctx.event == "tool_error" else "")

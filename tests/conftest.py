@@ -76,7 +76,7 @@ def celery_worker(transactional_db):
 def apply_config(text: str) -> None:
     """Apply a YAML config exactly as `manage.py apply_config` would."""
     from approvals import services
-    from hooks.schema import parse_config_text
+    from approvals.config_schema import parse_config_text
 
     services.config_apply(config=parse_config_text(text), source="test")
 

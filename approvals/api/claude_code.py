@@ -11,8 +11,8 @@ canonical tool input) and answers with the same hook JSON
 Waiting: `?max_wait=N` seconds (default 20, at most GATEWAY_WAIT_MAX_SECONDS)
 for a human, then the still-pending deny (`?on_pending=ask` hands the call to
 Claude Code's own prompt instead). This is an async view: the wait is
-`approvals.waiting.wait_for_final`, a coroutine, so a waiting hook holds no
-thread. DRF has no async views, hence a plain Django view.
+`approvals.waiting.wait_for_final` (the one waiting primitive), a coroutine, so a
+waiting hook holds no thread. DRF has no async views, hence a plain Django view.
 
 Claude Code treats a non-2xx answer, a timeout or a refused connection as a
 *non-blocking* error: the call goes on without the gateway. So every hook
@@ -40,6 +40,7 @@ from approvals import selectors, services
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
 from approvals.errors import GatewayError, IdempotencyMismatch
+from approvals.types import PreToolUseAnswer
 from approvals.waiting import wait_for_final
 from gateway_client.claude_code import HookInput, UnsupportedEvent, answer_hook, hook_output, pending_reason
 
@@ -65,7 +66,7 @@ def _max_wait(raw: str | None) -> float:
     return value
 
 
-def _ask(raw_key: str, hook: HookInput, user_id: str) -> tuple[Any, services.PreToolUseAnswer]:
+def _ask(raw_key: str, hook: HookInput, user_id: str) -> tuple[Any, PreToolUseAnswer]:
     """Authenticate and run the pre-tool-use chain; (agent, answer)."""
     api_key = selectors.api_key_lookup(raw_key=raw_key)
     if api_key is None:

@@ -2,15 +2,15 @@
 
 Only Django staff users may change a policy — by HTTP Basic or a session, never
 with an agent's API key: an agent must not be able to change its own rules.
-Every change goes through the one validator (`hooks.schema`); a refused config
-answers 400 with each problem as `{"path", "message"}` and changes nothing.
+Every change goes through the one service (`services.agent_hooks_apply`: lock,
+validate, version); a refused config answers 400 with each problem as
+`{"path", "message"}` and changes nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiTypes, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
@@ -19,9 +19,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals import services
+from approvals.config_schema import config_json_schema, parse_config_text
 from approvals.errors import GatewayError, InvalidInput, NotFound
-from approvals.models import Agent, Channel
-from hooks.schema import ConfigError, hooks_json_schema, parse_config_text, validate_agent_hooks
+from approvals.models import Agent
+from gateway.configfile import ConfigError
 
 
 class ConfigInvalid(GatewayError):
@@ -51,7 +52,7 @@ class HooksSchemaApi(APIView):
 
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="JSON Schema of the config file and its hooks")
     def get(self, request):
-        return Response(hooks_json_schema())
+        return Response(config_json_schema())
 
 
 def _agent_config(agent: Agent) -> dict[str, Any]:
@@ -69,7 +70,7 @@ class AgentHooksApi(StaffOnly, APIView):
 
     body = inline_serializer(
         "AgentHooksInput",
-        {"hooks": serializers.ListField(child=serializers.DictField(), help_text="The ordered hook list (CONTRACT §3b).")},
+        {"hooks": serializers.ListField(child=serializers.DictField(), help_text="The ordered hook list (docs/reference/config.md).")},
     )
     output = inline_serializer(
         "AgentHooks",
@@ -91,18 +92,12 @@ class AgentHooksApi(StaffOnly, APIView):
         if not isinstance(request.data, dict) or set(request.data) != {"hooks"}:
             raise InvalidInput('the body must be a JSON object with one key, "hooks"')
         agent = _agent(name)
-        source = f"api:{request.user.get_username()}"
-        with transaction.atomic():
-            # One change at a time per agent: versions stay 1, 2, 3… under concurrent PUTs.
-            agent = Agent.objects.select_for_update().get(pk=agent.pk)
-            try:
-                hooks = validate_agent_hooks(
-                    request.data["hooks"], channel_kinds=dict(Channel.objects.values_list("name", "kind"))
-                )
-            except ConfigError as exc:
-                raise ConfigInvalid(exc) from None
-            stored = [hook.model_dump(mode="json", exclude_none=False) for hook in hooks]
-            version = services.agent_hooks_apply(agent=agent, hooks=stored, source=source)
+        try:
+            version = services.agent_hooks_apply(
+                agent=agent, hooks=request.data["hooks"], source=f"api:{request.user.get_username()}"
+            )
+        except ConfigError as exc:
+            raise ConfigInvalid(exc) from None
         return Response({**_agent_config(agent), "changed": version is not None})
 
 

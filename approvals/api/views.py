@@ -1,8 +1,8 @@
-"""The agent API (CONTRACT §4): one APIView per operation, thin callers of services.
+"""The agent API (docs/reference/api.md): one APIView per operation, thin callers of services.
 
 `wait_seconds` on pre-tool-use and the `/wait` long-poll are served by the
-thin ASGI layer in `approvals.waiting` without holding a thread; the views
-here answer at once (the `/wait` view is the same wait, for non-ASGI use).
+thin ASGI layer in `approvals.api.longpoll` without holding a thread; the
+views here answer at once (the `/wait` view is the same wait, for non-ASGI use).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import lifecycle, selectors, services
+from approvals import selectors, services
 from approvals.errors import InvalidInput
+from approvals.waiting import parse_timeout, wait_for_final
 
 
 class StrictCharField(serializers.CharField):
@@ -123,7 +124,7 @@ class ConfirmationDetailApi(APIView):
 
 
 class ConfirmationWaitApi(APIView):
-    """Long-poll. Under ASGI this path is served by `approvals.waiting` without a thread."""
+    """Long-poll. Under ASGI this path is served by `approvals.api.longpoll` without a thread."""
 
     @extend_schema(
         parameters=[OpenApiParameter("timeout", int, description="seconds to hold the request (default 25)")],
@@ -131,8 +132,6 @@ class ConfirmationWaitApi(APIView):
         summary="Wait for a decision",
     )
     def get(self, request, confirmation_id):
-        from approvals.waiting import parse_timeout, wait_for_final
-
         confirmation = selectors.confirmation_for_agent(agent=request.user, confirmation_id=confirmation_id)
         timeout = parse_timeout(request.query_params.get("timeout"))
         final = async_to_sync(wait_for_final)(confirmation_id=confirmation.pk, agent_id=request.user.pk, timeout=timeout)
@@ -147,7 +146,7 @@ class ConfirmationCancelApi(APIView):
 
 
 class HookEventApi(APIView):
-    """The lifecycle events other than pre-tool-use (CONTRACT §4)."""
+    """The lifecycle events other than pre-tool-use (docs/reference/api.md)."""
 
     event: str = ""
 
@@ -188,5 +187,5 @@ class HookEventApi(APIView):
             raise InvalidInput("the body must be a JSON object")
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        answer = lifecycle.hook_event_run(agent=request.user, event=self.event, **serializer.validated_data)
+        answer = services.hook_event_run(agent=request.user, event=self.event, **serializer.validated_data)
         return Response(answer)

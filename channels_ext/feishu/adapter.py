@@ -46,7 +46,7 @@ from channels_ext.base import (
     MessageRef,
     unsign_confirmation_id,
 )
-from channels_ext.configs import FeishuChannelConfig
+from channels_ext.feishu.config import FeishuChannelConfig
 from channels_ext.feishu.cards import REASON_INPUT_NAME, render_card
 
 # Feishu keeps a `uuid` for an hour to de-duplicate sends, and allows at most 50 characters.

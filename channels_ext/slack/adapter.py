@@ -35,7 +35,7 @@ from channels_ext.base import (
     sign_confirmation_id,
     unsign_confirmation_id,
 )
-from channels_ext.configs import SlackChannelConfig
+from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.slack import cards
 from channels_ext.slack.tasks import send_response_url
 

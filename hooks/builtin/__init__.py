@@ -1,7 +1,4 @@
-"""Built-in hook kinds, one module each. Importing this package registers them all."""
+"""The built-in hook kinds, one module each: its config model and its hook class.
 
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+`hooks.registry.HOOK_KINDS` lists them; a new kind is a module here plus one line there.
+"""

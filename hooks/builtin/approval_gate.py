@@ -1,13 +1,66 @@
-"""`approval_gate`: suspend the call until a human decides (CONTRACT §3b)."""
+"""`approval_gate`: suspend the call until a human decides (docs/reference/config.md)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
 from hooks.base import AskSpec, Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
 
 
-@register
+class EscalateTo(Strict):
+    """Where a still-pending request goes after `escalate_after_seconds`."""
+
+    channel: str = Field(min_length=1)
+    approvers: list[str] = []
+
+
+class ApprovalGateConfig(HookConfigBase):
+    """Suspend the call until enough approvers decide in a chat channel."""
+
+    kind: Literal["approval_gate"]
+    event: Literal["pre_tool_use"] = "pre_tool_use"
+    channel: str = Field(min_length=1, description="Name of a channel in this file.")
+    approvers: list[str] = Field(default=[], description="Channel-native user ids; empty = any member.")
+    approvals_required: int = Field(default=1, ge=1)
+    timeout_seconds: PositiveInt | None = Field(default=1800, description="null = never expires.")
+    on_timeout: Literal["deny", "allow"] = "deny"
+    remind_after_seconds: PositiveInt | None = None
+    escalate_after_seconds: PositiveInt | None = None
+    escalate_to: EscalateTo | None = Field(default=None, validate_default=True)
+    allow_self_approval: bool = Field(
+        default=False, description="false: an approver whose id equals the call's user_id cannot approve it."
+    )
+
+    @field_validator("approvals_required")
+    @classmethod
+    def _at_most_the_approvers(cls, value: int, info: ValidationInfo) -> int:
+        approvers = info.data.get("approvers")
+        if approvers and value > len(approvers):
+            raise ValueError(f"must be <= the number of approvers ({len(approvers)})")
+        return value
+
+    @field_validator("escalate_to")
+    @classmethod
+    def _with_escalate_after(cls, value: EscalateTo | None, info: ValidationInfo) -> EscalateTo | None:
+        if "escalate_after_seconds" not in info.data:  # invalid itself, and reported there
+            return value
+        escalates = info.data["escalate_after_seconds"] is not None
+        if escalates and value is None:
+            raise ValueError("is required when escalate_after_seconds is set")
+        if not escalates and value is not None:
+            raise ValueError("needs escalate_after_seconds")
+        return value
+
+    def references(self) -> list[Reference]:
+        references = [Reference("channel", "channel", self.channel)]
+        if self.escalate_to is not None:
+            references.append(Reference("escalate_to.channel", "channel", self.escalate_to.channel))
+        return references
+
+
 class ApprovalGate(Hook):
     """Invariant: a matching call never runs before enough approvers (or the timeout policy) allow it.
 
@@ -31,8 +84,9 @@ class ApprovalGate(Hook):
     """
 
     kind = "approval_gate"
-    events = HOOK_CONFIG_MODELS["approval_gate"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["approval_gate"]
+    events = ApprovalGateConfig.EVENTS
+    config_model = ApprovalGateConfig
+    config: ApprovalGateConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         required = self.config.approvals_required

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Literal
+
+from pydantic import Field
 
 from hooks.base import Hook, HookContext, HookResult
 from hooks.builtin.external import event_payload, parse_answer
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import Event, HookConfigBase
 
 
-@register
+class CommandConfig(HookConfigBase):
+    """Run a command with the event as JSON on stdin; exit 2 denies with stderr as the reason."""
+
+    kind: Literal["command"]
+    event: Event
+    command: list[str] = Field(min_length=1, description="argv")
+    timeout_ms: int = Field(default=5000, gt=0)
+
+
 class CommandHook(Hook):
     """Invariant: the program's verdict is applied, and it never runs past `timeout_ms`.
 
@@ -21,8 +31,9 @@ class CommandHook(Hook):
     """
 
     kind = "command"
-    events = HOOK_CONFIG_MODELS["command"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["command"]
+    events = CommandConfig.EVENTS
+    config_model = CommandConfig
+    config: CommandConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         timeout = self.config.timeout_ms / 1000

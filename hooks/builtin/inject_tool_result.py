@@ -1,4 +1,4 @@
-"""`inject_tool_result`: put a tool call and its result into the agent's history (CONTRACT §3b).
+"""`inject_tool_result`: put a tool call and its result into the agent's history (docs/reference/config.md).
 
 At session_start or pre_turn the hook calls the configured tool — an HTTP
 endpoint, or a tool on an MCP server through the `mcp` package's client — and
@@ -14,14 +14,15 @@ import json
 import logging
 import re
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from django.utils import timezone
+from pydantic import Field, model_validator
 
+from hooks import state
 from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase, HttpUrl, Strict
 
 logger = logging.getLogger("hooks")
 
@@ -55,6 +56,56 @@ def tool_call_messages(*, name: str, arguments: dict[str, Any], content: str) ->
         },
         {"role": "tool", "tool_call_id": call_id, "content": content},
     ]
+
+
+class McpServer(Strict):
+    """An MCP server, started as a command or reached at a URL."""
+
+    command: list[str] | None = Field(default=None, min_length=1)
+    url: HttpUrl | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("needs exactly one of command or url")
+        return self
+
+
+class InjectSource(Strict):
+    """Where an injected tool result comes from: an HTTP `url`, or an `mcp` server."""
+
+    url: HttpUrl | None = None
+    method: Literal["GET", "POST"] = "GET"
+    headers: dict[str, str] = {}
+    mcp: McpServer | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> InjectSource:
+        if (self.url is None) == (self.mcp is None):
+            raise ValueError("needs exactly one of url or mcp")
+        # Compare with the defaults, not model_fields_set: stored configs are re-validated with defaults filled in.
+        if self.mcp is not None and (self.method != "GET" or self.headers):
+            raise ValueError("method and headers apply only to a url source")
+        return self
+
+
+class Refresh(Strict):
+    """Fetch the injected result again once it is older than `ttl_minutes`."""
+
+    ttl_minutes: int = Field(ge=1)
+
+
+class InjectToolResultConfig(HookConfigBase):
+    """Add a tool call and its result to the agent's history at session start or before a turn."""
+
+    kind: Literal["inject_tool_result"]
+    event: Literal["session_start", "pre_turn"] = "session_start"
+    toolset_name: str | None = None
+    tool_name: str = Field(min_length=1)
+    arguments: dict[str, Any] = {}
+    source: InjectSource
+    frequency: Literal["always", "once", "append_if_changed"] = "always"
+    refresh: Refresh | None = None
 
 
 class InjectionFailed(Exception):
@@ -120,7 +171,6 @@ def _describe(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}"
 
 
-@register
 class InjectToolResult(Hook):
     """Invariant: the agent's history gets the configured tool's result as a real-looking tool call,
     as often as `frequency` says, and a failing tool never fails the session or the turn.
@@ -136,19 +186,16 @@ class InjectToolResult(Hook):
     """
 
     kind = "inject_tool_result"
-    events = HOOK_CONFIG_MODELS["inject_tool_result"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["inject_tool_result"]
+    events = InjectToolResultConfig.EVENTS
+    config_model = InjectToolResultConfig
+    config: InjectToolResultConfig
 
     def run(self, ctx: HookContext) -> HookResult:
-        from approvals import lifecycle
-
         c = self.config
         now = ctx.now or timezone.now()
-        session_scope = lifecycle.session_scope(ctx.session_id)
+        session_scope = state.session_scope(ctx.session_id)
         once_key = f"inject:{self.name}:injected"
-        if c.frequency == "once" and not lifecycle.hook_state_claim(
-            agent_name=ctx.agent, scope=session_scope, key=once_key
-        ):
+        if c.frequency == "once" and not state.claim(agent=ctx.agent, scope=session_scope, key=once_key):
             return HookResult.no_opinion(
                 reason="already injected in this session", side_effects=[f"injection_not_repeated:{self.name}"]
             )
@@ -157,14 +204,14 @@ class InjectToolResult(Hook):
         except Exception as exc:  # whatever the tool does, the session or turn goes on
             why = str(exc) if isinstance(exc, InjectionFailed) else _describe(exc)
             if c.frequency == "once":  # nothing was injected: the next event may try again
-                lifecycle.hook_state_release(agent_name=ctx.agent, scope=session_scope, key=once_key)
+                state.release(agent=ctx.agent, scope=session_scope, key=once_key)
             logger.warning("inject_tool_result %s skipped: %s", self.name, why)
             return HookResult.no_opinion(
                 reason=f"injection skipped: {why}", side_effects=[f"injection_skipped:{self.name}: {why}"]
             )
         side_effects = [f"injection_from_cache:{self.name}"] if cached else []
-        if c.frequency == "append_if_changed" and not lifecycle.hook_state_swap(
-            agent_name=ctx.agent,
+        if c.frequency == "append_if_changed" and not state.swap(
+            agent=ctx.agent,
             scope=session_scope,
             key=f"inject:{self.name}:last",
             value=hashlib.sha256(content.encode()).hexdigest(),
@@ -180,12 +227,10 @@ class InjectToolResult(Hook):
 
     def _content(self, agent: str, now: dt.datetime) -> tuple[str, bool]:
         """The tool's result as text, and whether it came from the cache."""
-        from approvals import lifecycle
-
         c = self.config
-        cache = {"scope": lifecycle.state_field("inject_cache", self.name), "key": self._cache_key()}
+        cache = {"scope": state.field("inject_cache", self.name), "key": self._cache_key()}
         if c.refresh is not None:
-            cached = lifecycle.hook_state_get(agent_name=agent, now=now, **cache)
+            cached = state.get(agent=agent, now=now, **cache)
             if isinstance(cached, dict) and isinstance(cached.get("content"), str):
                 return cached["content"], True
         if c.source.mcp is not None:
@@ -193,8 +238,8 @@ class InjectToolResult(Hook):
         else:
             content = fetch_http(c.source, c.arguments)
         if c.refresh is not None:
-            lifecycle.hook_state_put(
-                agent_name=agent,
+            state.put(
+                agent=agent,
                 value={"content": content, "fetched_at": now.isoformat()},
                 expires_at=now + dt.timedelta(minutes=c.refresh.ttl_minutes),
                 **cache,

@@ -1,15 +1,51 @@
-"""`policy`: allow, deny or ask per tool, by rules in the config (CONTRACT §3b)."""
+"""`policy`: allow, deny or ask per tool, by rules in the config (docs/reference/config.md)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import cel
+from pydantic import Field, ValidationInfo, field_validator
 
 from hooks.base import Hook, HookContext, HookResult
 from hooks.cel import compile_expression, evaluate
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import CelExpression, HookConfigBase, Reference, Strict, ToolPatterns
+
+
+class PolicyRule(Strict):
+    """One rule of a policy hook."""
+
+    effect: Literal["allow", "deny", "ask"]
+    tools: ToolPatterns = ["*"]
+    when: CelExpression | None = None
+    reason: str = ""
+
+
+class PolicyConfig(HookConfigBase):
+    """Allow, deny or ask per tool. Precedence: exact name > 'prefix__*' > '*'; then deny > ask > allow."""
+
+    kind: Literal["policy"]
+    event: Literal["pre_tool_use"] = "pre_tool_use"
+    rules: list[PolicyRule] = []
+    default: Literal["allow", "deny", "ask"] = "allow"
+    ask_via: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="Name of an approval_gate of the same agent; required if anything can ask.",
+    )
+
+    @field_validator("ask_via")
+    @classmethod
+    def _required_to_ask(cls, value: str | None, info: ValidationInfo) -> str | None:
+        rules = info.data.get("rules", [])  # absent when invalid: reported there
+        can_ask = info.data.get("default") == "ask" or any(rule.effect == "ask" for rule in rules)
+        if value is None and can_ask:
+            raise ValueError("is required when a rule or the default can ask: name an approval_gate of this agent")
+        return value
+
+    def references(self) -> list[Reference]:
+        return [Reference("ask_via", "gate", self.ask_via)] if self.ask_via is not None else []
 
 # The nine buckets, strongest first: specificity of the tool pattern, then the effect.
 SPECIFICITY = {"exact": 3, "prefix": 2, "global": 1}
@@ -38,7 +74,6 @@ class _Rule:
         return max(pattern_specificity(pattern, tool_name) for pattern in self.tools)
 
 
-@register
 class PolicyHook(Hook):
     """Invariant: a call gets the effect of the strongest rule that matches it, and that rule's reason.
 
@@ -54,8 +89,9 @@ class PolicyHook(Hook):
     """
 
     kind = "policy"
-    events = HOOK_CONFIG_MODELS["policy"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["policy"]
+    events = PolicyConfig.EVENTS
+    config_model = PolicyConfig
+    config: PolicyConfig
 
     def __init__(self, config):
         super().__init__(config)
@@ -83,6 +119,10 @@ class PolicyHook(Hook):
         if effect == "ask":
             return HookResult(decision="ask", reason=reason, ask_via=self.config.ask_via or "")
         return HookResult.allow(reason)
+
+    def ask_targets(self) -> frozenset[str]:
+        """The gate named by `ask_via` runs only when this policy asks."""
+        return frozenset({self.config.ask_via}) if self.config.ask_via else frozenset()
 
     def matching_rule(self, ctx: HookContext) -> _Rule | None:
         """The strongest rule that names the tool and whose `when` holds."""

@@ -1,20 +1,31 @@
-"""`rate_limit`: at most `limit` calls per `window_seconds`, per user, session or agent (CONTRACT §3b)."""
+"""`rate_limit`: at most `limit` calls per `window_seconds`, per user, session or agent
+(docs/reference/config.md)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import math
+from typing import Literal
 
-from django.db import connection
 from django.utils import timezone
+from pydantic import Field
 
+from hooks import state
 from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase
 
 SCOPE_PREFIX = "rate_limit:"
 _MAX_KEY = 200  # HookState.key
+
+
+class RateLimitConfig(HookConfigBase):
+    """Deny beyond `limit` calls per `window_seconds`, counted per user, session or agent."""
+
+    kind: Literal["rate_limit"]
+    event: Literal["pre_tool_use"] = "pre_tool_use"
+    limit: int = Field(ge=1)
+    window_seconds: int = Field(ge=1)
+    per: Literal["user", "session", "agent"] = "user"
 
 
 def counter_key(per: str, ctx: HookContext) -> str:
@@ -26,46 +37,6 @@ def counter_key(per: str, ctx: HookContext) -> str:
     return key
 
 
-def hook_counter_take(
-    *, agent: str, scope: str, key: str, limit: int, window_seconds: int, now: dt.datetime
-) -> dt.datetime | None:
-    """Count one call of agent `agent` (its name) in a fixed window; None if counted, else when the window ends.
-
-    One `INSERT … ON CONFLICT DO UPDATE … WHERE counter < limit` (PostgreSQL,
-    and SQLite >= 3.35): the row lock it takes makes concurrent calls count one
-    at a time, so exactly `limit` calls per window get through. A window that
-    has ended restarts at 1 in the same statement.
-    """
-    from approvals.models import Agent, HookState
-
-    q = connection.ops.quote_name
-    table = q(HookState._meta.db_table)
-    agent_id = f"(SELECT {q('id')} FROM {q(Agent._meta.db_table)} WHERE {q('name')} = %s)"
-    adapt = connection.ops.adapt_datetimefield_value
-    window_end = now + dt.timedelta(seconds=window_seconds)
-    expired = f"({table}.{q('expires_at')} IS NULL OR {table}.{q('expires_at')} <= %s)"
-    sql = (
-        f"INSERT INTO {table} ({q('agent_id')}, {q('scope')}, {q('key')}, {q('counter')}, {q('expires_at')}, {q('updated_at')}) "
-        f"VALUES ({agent_id}, %s, %s, 1, %s, %s) "
-        f"ON CONFLICT ({q('agent_id')}, {q('scope')}, {q('key')}) DO UPDATE SET "
-        f"{q('counter')} = CASE WHEN {expired} THEN 1 ELSE {table}.{q('counter')} + 1 END, "
-        f"{q('expires_at')} = CASE WHEN {expired} THEN excluded.{q('expires_at')} ELSE {table}.{q('expires_at')} END, "
-        f"{q('updated_at')} = excluded.{q('updated_at')} "
-        f"WHERE {expired} OR {table}.{q('counter')} < %s "
-        f"RETURNING {q('counter')}"
-    )
-    now_value = adapt(now)
-    params = [agent, scope, key, adapt(window_end), now_value, now_value, now_value, now_value, limit]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        counted = cursor.fetchone() is not None
-    if counted:
-        return None
-    ends = HookState.objects.filter(agent__name=agent, scope=scope, key=key).values_list("expires_at", flat=True).first()
-    return ends or window_end
-
-
-@register
 class RateLimit(Hook):
     """Invariant: no more than `limit` matching calls per `window_seconds` get past this hook,
     for each user (`per: user`), session or agent — even when they arrive at once.
@@ -73,19 +44,20 @@ class RateLimit(Hook):
     Fixed windows: a counter starts with the first call and allows `limit` calls
     until `window_seconds` later, when it starts again. A call over the limit is
     denied with how many seconds remain. Counters live in the database
-    (HookState, scope `rate_limit:<hook name>`), so every server process and
-    every worker shares them. Every call that reaches this hook counts, whatever
+    (`hooks.state`, scope `rate_limit:<hook name>`), so every server process and
+    every worker shares them; beat drops those whose window ended long ago. Every call that reaches this hook counts, whatever
     later hooks decide; put it after the hooks that should not count.
     """
 
     kind = "rate_limit"
-    events = HOOK_CONFIG_MODELS["rate_limit"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["rate_limit"]
+    events = RateLimitConfig.EVENTS
+    config_model = RateLimitConfig
+    config: RateLimitConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         c = self.config
         now = ctx.now or timezone.now()
-        window_end = hook_counter_take(
+        window_end = state.take_in_window(
             agent=ctx.agent,
             scope=f"{SCOPE_PREFIX}{self.name}",
             key=counter_key(c.per, ctx),

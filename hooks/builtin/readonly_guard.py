@@ -1,12 +1,21 @@
-"""`readonly_guard`: block write tools while an agent, or a call, is read-only (CONTRACT §3b)."""
+"""`readonly_guard`: block write tools while an agent, or a call, is read-only (docs/reference/config.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase
+
+
+class ReadonlyGuardConfig(HookConfigBase):
+    """Block the write tools (`tools`) while the agent is read-only or `metadata[flag]` is true."""
+
+    kind: Literal["readonly_guard"]
+    event: Literal["pre_tool_use"] = "pre_tool_use"
+    flag: str = Field(default="read_only", min_length=1)
 
 _ON_STRINGS = frozenset({"true", "1", "yes", "on"})
 
@@ -18,7 +27,6 @@ def flag_is_on(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() in _ON_STRINGS
 
 
-@register
 class ReadonlyGuard(Hook):
     """Invariant: while the agent's read-only switch is on, or the call's `metadata[flag]` is true,
     none of this hook's `tools` (the write tools) runs.
@@ -29,8 +37,9 @@ class ReadonlyGuard(Hook):
     """
 
     kind = "readonly_guard"
-    events = HOOK_CONFIG_MODELS["readonly_guard"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["readonly_guard"]
+    events = ReadonlyGuardConfig.EVENTS
+    config_model = ReadonlyGuardConfig
+    config: ReadonlyGuardConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         flag = self.config.flag

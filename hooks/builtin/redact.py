@@ -1,16 +1,33 @@
-"""`redact`: mask secrets in what is stored, shown and logged — never in what the agent gets (CONTRACT §3b)."""
+"""`redact`: mask secrets in what is stored, shown and logged — never in what the agent gets
+(docs/reference/config.md)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
 
 from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase, Regex
 
 
-@register
+class RedactConfig(HookConfigBase):
+    """Mask argument values in what is stored, shown and logged (never in what the agent gets)."""
+
+    kind: Literal["redact"]
+    event: Literal["pre_tool_use"] = "pre_tool_use"
+    keys: list[str] = Field(default=[], description="Argument names, matched at any depth.")
+    patterns: list[Regex] = []
+    replacement: str = "[redacted]"
+
+    @model_validator(mode="after")
+    def _redacts_something(self) -> RedactConfig:
+        if not self.keys and not self.patterns:
+            raise ValueError("needs keys or patterns (or both)")
+        return self
+
+
 class Redact(Hook):
     """Invariant: no value under one of `keys` (at any depth, names compared case-insensitively)
     and no match of one of `patterns` (in any string or number) reaches the tool-call record,
@@ -22,8 +39,9 @@ class Redact(Hook):
     """
 
     kind = "redact"
-    events = HOOK_CONFIG_MODELS["redact"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["redact"]
+    events = RedactConfig.EVENTS
+    config_model = RedactConfig
+    config: RedactConfig
 
     def __init__(self, config):
         super().__init__(config)

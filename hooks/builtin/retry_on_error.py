@@ -1,15 +1,27 @@
-"""`retry_on_error`: retry a failed tool call with doubling backoff (CONTRACT §3b)."""
+"""`retry_on_error`: retry a failed tool call with doubling backoff (docs/reference/config.md)."""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
-from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from pydantic import Field
+
+from hooks.base import DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_TOTAL_SECONDS, Hook, HookContext, HookResult
+from hooks.config import HookConfigBase, Regex
 
 
-@register
+class RetryOnErrorConfig(HookConfigBase):
+    """Retry a failed tool call with doubling backoff."""
+
+    kind: Literal["retry_on_error"]
+    event: Literal["tool_error"] = "tool_error"
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
+    backoff_seconds: float = Field(default=1, ge=0, description="Doubles after each attempt.")
+    max_total_seconds: float = Field(default=DEFAULT_MAX_TOTAL_SECONDS, gt=0)
+    errors: list[Regex] = Field(default=[], description="Regexes the error must match; empty = any error.")
+
+
 class RetryOnError(Hook):
     """Invariant: a matching error is retried at most `max_attempts` times in all and never
     past `max_total_seconds`, each wait twice the one before.
@@ -19,12 +31,13 @@ class RetryOnError(Hook):
     that matches none of `errors` (when given), or a call whose attempts or time
     are used up, gets no opinion from this hook, so a later hook may still
     recover or abort; if none does, the gateway answers `raise`. The gateway
-    enforces the same caps on whatever any hook answers (`approvals.lifecycle`).
+    enforces the same caps on whatever any hook answers (`hooks.chain.tool_error_verdict`).
     """
 
     kind = "retry_on_error"
-    events = HOOK_CONFIG_MODELS["retry_on_error"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["retry_on_error"]
+    events = RetryOnErrorConfig.EVENTS
+    config_model = RetryOnErrorConfig
+    config: RetryOnErrorConfig
 
     def __init__(self, config):
         super().__init__(config)
@@ -47,3 +60,6 @@ class RetryOnError(Hook):
             delay_seconds=delay,
             reason=f"attempt {ctx.attempt} of {c.max_attempts} failed; retrying in {delay:g} s",
         )
+
+    def retry_caps(self) -> tuple[int, float]:
+        return self.config.max_attempts, float(self.config.max_total_seconds)

@@ -1,27 +1,27 @@
-"""`truncate_result`: cut a tool's result to `max_chars` before it reaches the model (CONTRACT §3b)."""
+"""`truncate_result`: cut a tool's result to `max_chars` before it reaches the model (docs/reference/config.md)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Literal
 
-from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from pydantic import Field
+
+from hooks.base import Hook, HookContext, HookResult, result_text
+from hooks.config import HookConfigBase
 
 
-def result_text(result: Any) -> str:
-    """A result as the model reads it: a string as is, anything else as JSON."""
-    if isinstance(result, str):
-        return result
-    return json.dumps(result, ensure_ascii=False, default=str)
+class TruncateResultConfig(HookConfigBase):
+    """Cut a tool's result to `max_chars`."""
+
+    kind: Literal["truncate_result"]
+    event: Literal["post_tool_use"] = "post_tool_use"
+    max_chars: int = Field(ge=1)
 
 
 def truncation_marker(kept: int, full: int) -> str:
     return f"\n[truncated by the gateway: showing the first {kept} of {full} characters]"
 
 
-@register
 class TruncateResult(Hook):
     """Invariant: no result longer than `max_chars` characters (plus the marker) reaches the model.
 
@@ -32,8 +32,9 @@ class TruncateResult(Hook):
     """
 
     kind = "truncate_result"
-    events = HOOK_CONFIG_MODELS["truncate_result"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["truncate_result"]
+    events = TruncateResultConfig.EVENTS
+    config_model = TruncateResultConfig
+    config: TruncateResultConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         if ctx.result is None:

@@ -1,13 +1,24 @@
-"""`turn_limit`: at most `max_turns` turns per session (CONTRACT §3b)."""
+"""`turn_limit`: at most `max_turns` turns per session (docs/reference/config.md)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
+from hooks import state
 from hooks.base import Hook, HookContext, HookResult
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import HookConfigBase
 
 
-@register
+class TurnLimitConfig(HookConfigBase):
+    """Deny further turns once a session has had `max_turns`."""
+
+    kind: Literal["turn_limit"]
+    event: Literal["pre_turn"] = "pre_turn"
+    max_turns: int = Field(ge=1)
+
+
 class TurnLimit(Hook):
     """Invariant: a session gets no more than `max_turns` allowed pre-turns, even when they arrive at once.
 
@@ -19,16 +30,15 @@ class TurnLimit(Hook):
     """
 
     kind = "turn_limit"
-    events = HOOK_CONFIG_MODELS["turn_limit"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["turn_limit"]
+    events = TurnLimitConfig.EVENTS
+    config_model = TurnLimitConfig
+    config: TurnLimitConfig
 
     def run(self, ctx: HookContext) -> HookResult:
-        from approvals import lifecycle
-
         limit = self.config.max_turns
-        counted, turns = lifecycle.hook_state_count(
-            agent_name=ctx.agent,
-            scope=lifecycle.session_scope(ctx.session_id),
+        counted, turns = state.count(
+            agent=ctx.agent,
+            scope=state.session_scope(ctx.session_id),
             key=f"turn_limit:{self.name}",
             limit=limit,
             once_per=ctx.turn_id,

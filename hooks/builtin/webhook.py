@@ -1,4 +1,4 @@
-"""`webhook`: POST the event, signed, to a policy service and apply its answer (CONTRACT §3b).
+"""`webhook`: POST the event, signed, to a policy service and apply its answer (docs/reference/config.md).
 
 How an OPA or in-house policy service plugs in: it receives the same JSON a
 `command` hook gets on stdin and answers like one (`{"decision", "reason",
@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Literal
 
 import httpx
+from pydantic import Field
 
-from approvals.webhooks import USER_AGENT, signed_headers
+from gateway.outbound import USER_AGENT, signed_headers
 from hooks.base import Hook, HookContext, HookResult
 from hooks.builtin.external import event_payload, parse_answer
-from hooks.registry import register
-from hooks.schema import HOOK_CONFIG_MODELS
+from hooks.config import Event, HookConfigBase, HttpUrl
 
 # Requests run here so the caller waits at most `timeout_ms` in all (httpx's own
 # timeouts are per phase: connect, write, each read). A request given up on still
@@ -30,7 +31,16 @@ def signing_key(secret: str) -> str | bytes:
     return secret if secret.startswith("whsec_") else secret.encode()
 
 
-@register
+class WebhookConfig(HookConfigBase):
+    """POST the event, signed, to a URL; it answers like a command hook."""
+
+    kind: Literal["webhook"]
+    event: Event
+    url: HttpUrl
+    secret: str = ""
+    timeout_ms: int = Field(default=3000, gt=0)
+
+
 class WebhookHook(Hook):
     """Invariant: the service's verdict is applied, and the chain never waits on it past `timeout_ms`.
 
@@ -42,14 +52,15 @@ class WebhookHook(Hook):
     """
 
     kind = "webhook"
-    events = HOOK_CONFIG_MODELS["webhook"].EVENTS
-    config_model = HOOK_CONFIG_MODELS["webhook"]
+    events = WebhookConfig.EVENTS
+    config_model = WebhookConfig
+    config: WebhookConfig
 
     def run(self, ctx: HookContext) -> HookResult:
         c = self.config
         body = json.dumps(event_payload(ctx, self.name), separators=(",", ":"), default=str)
         if c.secret:
-            headers = signed_headers(signing_key(c.secret), body)  # type: ignore[arg-type]
+            headers = signed_headers(signing_key(c.secret), body)
         else:
             headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         budget = c.timeout_ms / 1000

@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals import services
+from approvals.errors import AlreadyDecided
 from approvals.models import Agent, ConfirmationEvent, ConfirmationRequest, Outbox
 from channels_ext.base import Callback
 from tests.conftest import apply_config
@@ -47,7 +48,7 @@ def contenders(agent: Agent, confirmation_id: str):
     def cancel():
         try:
             services.confirmation_cancel(agent=agent, confirmation_id=confirmation_id)
-        except services.AlreadyDecided:
+        except AlreadyDecided:
             pass
 
     return [click("approve", "alice"), click("reject", "bob"), click("approve", "carol"), expire, cancel]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from approvals import services
 from approvals.models import Outbox, OutboxStatus
-from hooks.schema import load_config_file
+from approvals.config_schema import load_config_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "policies"
 

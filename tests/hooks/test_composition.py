@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from approvals.models import ConfirmationRequest, HookState, ToolCall
+from approvals.models import ConfirmationRequest, ToolCall
+from hooks.models import HookState
 from tests.conftest import apply_config, make_agent_client
 
 pytestmark = pytest.mark.django_db(transaction=True)

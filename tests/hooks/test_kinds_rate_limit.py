@@ -9,7 +9,8 @@ import threading
 import pytest
 from django.utils import timezone
 
-from approvals.models import HookState, ToolCall
+from approvals.models import ToolCall
+from hooks.models import HookState
 from approvals.tasks import run_timers
 from tests.conftest import apply_config, make_agent_client
 from tests.hooks.policy_support import apply_example

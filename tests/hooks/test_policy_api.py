@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import Agent, AgentConfigVersion, ToolCall
-from hooks.schema import KNOWN_KINDS
+from hooks.registry import KNOWN_KINDS
 from tests.hooks.policy_support import EXAMPLES
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,5 @@
-"""hooks.schema: the config file's validator (CONTRACT §3, §3b)."""
+"""The config file's validator (docs/reference/config.md): approvals.config_schema with the
+hook kinds' models (hooks.registry) and the channel kinds' (channels_ext)."""
 
 import io
 import json
@@ -8,22 +9,18 @@ from typing import Any, get_args
 import pytest
 from django.core.management import call_command
 
-from channels_ext.configs import FeishuChannelConfig, SlackChannelConfig, WebChannelConfig
+from approvals.config_schema import config_json_schema as hooks_json_schema
+from approvals.config_schema import load_config_file, parse_config_text
+from channels_ext.feishu.config import FeishuChannelConfig
+from channels_ext.slack.config import SlackChannelConfig
+from channels_ext.web.config import WebChannelConfig
+from gateway.configfile import ConfigError, ConfigProblem
 from hooks.base import EVENTS
-from hooks.schema import (
-    HOOK_CONFIG_MODELS,
-    KNOWN_KINDS,
-    ApprovalGateConfig,
-    ConfigError,
-    ConfigProblem,
-    Event,
-    InjectToolResultConfig,
-    PolicyConfig,
-    hooks_json_schema,
-    load_config_file,
-    parse_config_text,
-    validate_agent_hooks,
-)
+from hooks.builtin.approval_gate import ApprovalGateConfig
+from hooks.builtin.inject_tool_result import InjectToolResultConfig
+from hooks.builtin.policy import PolicyConfig
+from hooks.config import Event
+from hooks.registry import HOOK_CONFIG_MODELS, KNOWN_KINDS, validate_agent_hooks
 
 FULL_CONFIG = """
 channels:
@@ -110,7 +107,7 @@ def problems_of(text: str, environ: dict[str, str] | None = None) -> list[Config
 
 def hook_problems(*hooks: Any) -> list[ConfigProblem]:
     with pytest.raises(ConfigError) as excinfo:
-        validate_agent_hooks(list(hooks), channel_kinds={"web": "web"})
+        validate_agent_hooks(list(hooks), channel_names={"web"})
     return excinfo.value.problems
 
 
@@ -194,7 +191,7 @@ def test_it_loads_a_file(tmp_path):
 
 def test_it_validates_one_agents_hooks_alone():
     hooks = validate_agent_hooks(
-        [{"kind": "policy", "default": "ask", "ask_via": "approval_gate-2"}, gate()], channel_kinds={"web": "web"}
+        [{"kind": "policy", "default": "ask", "ask_via": "approval_gate-2"}, gate()], channel_names={"web"}
     )
 
     assert [(type(hook), hook.name) for hook in hooks] == [

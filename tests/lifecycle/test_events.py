@@ -9,7 +9,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from approvals.models import HookState, ToolCall
+from approvals.models import ToolCall
+from hooks.models import HookState
 from tests.lifecycle.conftest import agent_config
 
 pytestmark = pytest.mark.django_db(transaction=True)

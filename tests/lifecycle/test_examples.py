@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hooks.schema import load_config_file
+from approvals.config_schema import load_config_file
 from tests.conftest import apply_config
 from tests.lifecycle.conftest import LifecycleAgent
 

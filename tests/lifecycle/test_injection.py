@@ -10,7 +10,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from approvals import lifecycle
+from approvals import services
 from approvals.models import Agent
 from hooks.builtin.inject_tool_result import function_name
 from tests.lifecycle.conftest import MCP_SERVER, agent_config, command
@@ -130,10 +130,10 @@ def test_refresh_reuses_the_cached_result_until_its_ttl_passes(configure, tool_s
     tool_server.answer("v2")
     second = bot.event("pre-turn").json()
     # The hooks' clock (HookContext.now) moved forward instead of sleeping.
-    nine_minutes_on = lifecycle.hook_event_run(
+    nine_minutes_on = services.hook_event_run(
         agent=agent, event="pre_turn", session_id="s-1", now=timezone.now() + dt.timedelta(minutes=9)
     )
-    eleven_minutes_on = lifecycle.hook_event_run(
+    eleven_minutes_on = services.hook_event_run(
         agent=agent, event="pre_turn", session_id="s-1", now=timezone.now() + dt.timedelta(minutes=11)
     )
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connection
 
-from approvals import lifecycle
+from approvals import services
 from approvals.models import Agent
 from tests.lifecycle.conftest import agent_config
 
@@ -65,7 +65,7 @@ def test_concurrent_turns_are_counted_exactly(configure):
     def turn(n: int) -> None:
         try:
             barrier.wait()
-            answer = lifecycle.hook_event_run(agent=agent, event="pre_turn", session_id="s-race", turn_id=f"t-{n}")
+            answer = services.hook_event_run(agent=agent, event="pre_turn", session_id="s-race", turn_id=f"t-{n}")
             decisions.append(answer["decision"])
         finally:
             connection.close()

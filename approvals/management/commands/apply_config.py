@@ -3,7 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
-from hooks.schema import ConfigError, load_config_file
+from approvals.config_schema import load_config_file
+from gateway.configfile import ConfigError
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals import lifecycle
+from approvals import selectors
 from approvals.errors import NotFound
 
 
@@ -28,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, id: str, **options):
         try:
-            audit = lifecycle.tool_call_audit(tool_call_id=id)
+            audit = selectors.tool_call_audit(tool_call_id=id)
         except NotFound as exc:
             raise CommandError(exc.message) from None
         if options["json"]:

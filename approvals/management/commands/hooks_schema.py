@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from hooks.schema import hooks_json_schema
+from approvals.config_schema import config_json_schema
 
 
 class Command(BaseCommand):
@@ -13,4 +13,4 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []  # printing a schema needs no database, URLs or secrets
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.stdout.write(json.dumps(hooks_json_schema(), indent=2))
+        self.stdout.write(json.dumps(config_json_schema(), indent=2))

@@ -1,0 +1,61 @@
+"""Every write the gateway makes, one module per entity; this package names the public ones.
+
+- `tool_calls`: pre-tool-use — the hook chain, the audited `ToolCall`, idempotent replays;
+- `lifecycle`: the other events (session start, turns, after the call, errors);
+- `confirmations`: requests created, decided, cancelled, expired, reminded, escalated;
+- `records`: the events and outbox rows written beside a change;
+- `delivery`: the outbox's work done outside the database (cards, redraws, webhooks);
+- `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
+- `api_keys`: keys created, revoked, touched.
+
+Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
+the modules import each other directly, never through this package.
+"""
+
+from approvals.services.agents import agent_create, agent_hooks_apply, agent_set_read_only, config_apply
+from approvals.services.api_keys import api_key_create, api_key_revoke, api_key_touch
+from approvals.services.confirmations import (
+    confirmation_cancel,
+    confirmation_cancel_by_staff,
+    confirmation_create,
+    confirmation_escalate,
+    confirmation_expire,
+    confirmation_expire_due,
+    confirmation_remind,
+    confirmation_respond,
+    confirmation_timers_due,
+    confirmation_transition,
+)
+from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
+from approvals.services.lifecycle import hook_event_run, result_size
+from approvals.services.records import event_record, outbox_add
+from approvals.services.tool_calls import request_fingerprint, tool_call_pre
+
+__all__ = [
+    "agent_create",
+    "agent_hooks_apply",
+    "agent_set_read_only",
+    "api_key_create",
+    "api_key_revoke",
+    "api_key_touch",
+    "config_apply",
+    "confirmation_cancel",
+    "confirmation_cancel_by_staff",
+    "confirmation_create",
+    "confirmation_escalate",
+    "confirmation_expire",
+    "confirmation_expire_due",
+    "confirmation_remind",
+    "confirmation_respond",
+    "confirmation_timers_due",
+    "confirmation_transition",
+    "event_record",
+    "hook_event_run",
+    "outbox_add",
+    "outbox_claim",
+    "outbox_deliver",
+    "outbox_due_ids",
+    "request_fingerprint",
+    "result_size",
+    "tool_call_pre",
+]

@@ -1,0 +1,163 @@
+"""Doing the outbox's work: posting cards, redrawing them, reminding approvers, POSTing webhooks.
+
+A worker takes a lease on a row with one conditional UPDATE, does the outside
+call, and records the result. A transient failure (`DeliveryFailed`, e.g. a
+429 or a network error) is rescheduled with backoff; a permanent one is
+recorded on the row and the channel, and a card that can reach nobody fails
+its request closed (rejected, with the reason).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from approvals import selectors
+from approvals.models import Channel, ConfirmationRequest, EventKind, Outbox, OutboxKind, OutboxStatus, Status
+from approvals.services.confirmations import confirmation_transition
+from approvals.services.records import event_record, outbox_add
+from approvals.types import SYSTEM_ACTOR, DeliveryResult
+from approvals.webhooks import send_decision_webhook
+from channels_ext.base import MessageRef
+from gateway.outbound import DeliveryFailed
+
+logger = logging.getLogger("approvals.services")
+
+
+def outbox_claim(*, outbox_id: int, lease_seconds: int = 60) -> Outbox | None:
+    """Take a lease on a due outbox row (one conditional UPDATE); None if someone else has it."""
+    now = timezone.now()
+    claimed = (
+        Outbox.objects.filter(pk=outbox_id, status=OutboxStatus.PENDING)
+        .filter(Q(locked_until__isnull=True) | Q(locked_until__lt=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .update(locked_until=now + dt.timedelta(seconds=lease_seconds), attempts=F("attempts") + 1)
+    )
+    if not claimed:
+        return None
+    return Outbox.objects.select_related("channel", "confirmation", "confirmation__agent").get(pk=outbox_id)
+
+
+def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
+    """Do one outbox row's work. Transient failures are rescheduled; permanent ones recorded."""
+    row = outbox_claim(outbox_id=outbox_id)
+    if row is None:
+        return DeliveryResult(sent=False)
+    try:
+        message_ref, drawn = _perform(row)
+    except DeliveryFailed as exc:
+        return _delivery_failed(row, exc)
+    with transaction.atomic():
+        Outbox.objects.filter(pk=row.pk).update(
+            status=OutboxStatus.SENT, sent_at=timezone.now(), locked_until=None, last_error="", message_ref=message_ref
+        )
+        if row.kind == OutboxKind.CARD:
+            event_record(row.confirmation, EventKind.CARD_POSTED, channel=row.channel.name, data={"ref": message_ref})
+            _redraw_if_changed_in_flight(row, drawn)
+        elif row.kind == OutboxKind.WEBHOOK:
+            event_record(
+                row.confirmation,
+                EventKind.WEBHOOK_SENT,
+                message=row.confirmation.callback_url,
+                data={"attempt": row.attempts},
+            )
+    return DeliveryResult(sent=True)
+
+
+def outbox_due_ids(*, limit: int = 200) -> list[int]:
+    """Rows the relay should (re)send: never picked up after a grace period, or due for a retry."""
+    now = timezone.now()
+    grace = now - dt.timedelta(seconds=settings.GATEWAY_OUTBOX_RELAY_AFTER_SECONDS)
+    return list(
+        Outbox.objects.filter(status=OutboxStatus.PENDING)
+        .filter(Q(locked_until__isnull=True) | Q(locked_until__lt=now))
+        .filter(Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, created_at__lte=grace))
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
+def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
+    """A change committed while this card was being posted queued a redraw that ran
+    before the card row was SENT, so it could not see this card: redraw it now.
+
+    Locks the request row: every transition updates it, so this serialises with them.
+    """
+    confirmation = (
+        ConfirmationRequest.objects.select_for_update(of=("self",))
+        .select_related("agent", "channel", "escalate_channel")
+        .get(pk=row.confirmation_id)
+    )
+    if selectors.card_view(confirmation, channel_name=row.channel.name) != drawn:
+        outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:after-card-{row.pk}")
+
+
+def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
+    """Do the outside work of one row: (message reference to store, card drawn if any)."""
+    confirmation = row.confirmation
+    if row.kind == OutboxKind.CARD:
+        adapter = selectors.channel_adapter(row.channel)
+        card = selectors.card_view(confirmation, channel_name=row.channel.name)
+        return adapter.post_card(card, idempotency_key=row.dedupe_key).data, card
+    if row.kind in (OutboxKind.UPDATE, OutboxKind.REMIND):
+        for card_row in selectors.posted_cards(confirmation):
+            adapter = selectors.channel_adapter(card_row.channel)
+            card = selectors.card_view(confirmation, channel_name=card_row.channel.name)
+            ref = MessageRef(card_row.message_ref or {})
+            if row.kind == OutboxKind.REMIND:
+                adapter.notify_approvers(card, ref, row.payload.get("text", "Reminder: this request is waiting for you."))
+            else:
+                adapter.update_card(card, ref)
+        return None, None
+    if row.kind == OutboxKind.WEBHOOK:
+        send_decision_webhook(confirmation)
+        return None, None
+    raise ValueError(f"unknown outbox kind {row.kind!r}")
+
+
+def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
+    now = timezone.now()
+    exhausted = row.attempts >= settings.GATEWAY_OUTBOX_MAX_ATTEMPTS
+    if exc.permanent or exhausted:
+        with transaction.atomic():
+            Outbox.objects.filter(pk=row.pk).update(status=OutboxStatus.FAILED, locked_until=None, last_error=exc.message)
+            if row.channel_id:
+                Channel.objects.filter(pk=row.channel_id).update(last_error=exc.message, last_error_at=now)
+            if row.kind == OutboxKind.CARD:
+                event_record(row.confirmation, EventKind.CARD_FAILED, channel=row.channel.name, message=exc.message)
+                _fail_closed_if_undelivered(row, exc)
+            elif row.kind == OutboxKind.WEBHOOK:
+                event_record(
+                    row.confirmation, EventKind.WEBHOOK_FAILED, message=exc.message, data={"attempt": row.attempts}
+                )
+        logger.warning("outbox %s failed for good: %s", row.pk, exc.message)
+        return DeliveryResult(sent=False)
+    delay = exc.retry_after if exc.retry_after is not None else min(2 ** (row.attempts - 1), 300)
+    with transaction.atomic():
+        Outbox.objects.filter(pk=row.pk).update(
+            locked_until=None, last_error=exc.message, next_attempt_at=now + dt.timedelta(seconds=delay)
+        )
+        if row.kind == OutboxKind.WEBHOOK:
+            event_record(row.confirmation, EventKind.WEBHOOK_FAILED, message=exc.message, data={"attempt": row.attempts})
+    logger.info("outbox %s attempt %s failed (%s); retrying in %.1fs", row.pk, row.attempts, exc.message, delay)
+    return DeliveryResult(sent=False, retry_in=delay)
+
+
+def _fail_closed_if_undelivered(row: Outbox, exc: DeliveryFailed) -> None:
+    """No card can reach anyone: deny rather than leave the agent waiting on nothing."""
+    others = Outbox.objects.filter(confirmation_id=row.confirmation_id, kind=OutboxKind.CARD).exclude(pk=row.pk)
+    if others.filter(status__in=[OutboxStatus.SENT, OutboxStatus.PENDING]).exists():
+        return
+    confirmation_transition(
+        row.confirmation_id,
+        Status.REJECTED,
+        decided_by=SYSTEM_ACTOR,
+        reason=f"the approval card could not be delivered to channel {row.channel.name}: {exc.message}",
+        channel=row.channel.name,
+    )

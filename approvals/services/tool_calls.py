@@ -1,0 +1,171 @@
+"""Pre-tool-use: every tool call of every agent, decided by its hooks and recorded.
+
+The chain runs outside any transaction (hooks may do I/O: commands, webhooks);
+then one transaction writes the `ToolCall` (with each hook's decision and the
+config version) and, when a gate asks, the confirmation request with its event
+and card outbox row. An idempotency key seen before answers from the stored
+call: the same body gets the same answer (and the same request, never a second
+card); a different body is refused (422).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals import selectors
+from approvals.errors import IdempotencyMismatch
+from approvals.models import Agent, ConfirmationRequest, ToolCall
+from approvals.services.confirmations import confirmation_create
+from approvals.types import PreToolUseAnswer
+from hooks import state as hook_state
+from hooks.base import HookContext
+from hooks.chain import run_chain
+
+
+def request_fingerprint(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical request body, minus fields that steer waiting or name one attempt.
+
+    `tool_call_id` is left out: a retried call usually gets a new call id from its runtime.
+    """
+    body = {k: v for k, v in payload.items() if k not in {"wait_seconds", "idempotency_key", "tool_call_id"}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def tool_call_pre(
+    *,
+    agent: Agent,
+    session_id: str,
+    tool_name: str,
+    tool_args: dict[str, Any],
+    tool_call_id: str = "",
+    user_id: str = "",
+    metadata: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    callback_url: str = "",
+    fingerprint: str = "",
+    now: dt.datetime | None = None,
+) -> PreToolUseAnswer:
+    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so."""
+    metadata = metadata or {}
+    if idempotency_key:
+        existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
+
+    # What outer levels (session-start, the current turn) said about this session.
+    session = hook_state.session_values(agent=agent.name, session_id=session_id)
+    user_id = user_id or session.get("user_id", "")
+    metadata = {**session.get("metadata", {}), **metadata}
+    turn_id = session.get("turn_id", "")
+    version, hooks = selectors.agent_hooks(agent=agent)
+    ctx = HookContext(
+        event="pre_tool_use",
+        agent=agent.name,
+        session_id=session_id,
+        user_id=user_id,
+        metadata=metadata,
+        tool_name=tool_name,
+        tool_args=dict(tool_args),
+        tool_call_id=tool_call_id,
+        turn_id=turn_id,
+        agent_read_only=agent.read_only,
+        config_version=version,
+        now=now,
+        session={"user_id": "", "metadata": {}, "turn_id": "", **session},
+    )
+    outcome = run_chain(hooks, ctx)
+    stored_args = outcome.stored_args if outcome.stored_args is not None else outcome.tool_args
+    answer = PreToolUseAnswer(
+        decision={"ask": "pending"}.get(outcome.decision, outcome.decision),
+        tool_args=outcome.tool_args,
+        reason=outcome.reason,
+        side_effects=outcome.side_effects,
+        hook_decisions=outcome.hook_decisions,
+    )
+    try:
+        with transaction.atomic():
+            confirmation = None
+            if outcome.ask is not None:
+                confirmation = confirmation_create(
+                    agent=agent,
+                    spec=outcome.ask,
+                    session_id=session_id,
+                    tool_name=tool_name,
+                    stored_args=stored_args,
+                    tool_call_id=tool_call_id,
+                    user_id=user_id,
+                    metadata=metadata,
+                    config_version=version,
+                    callback_url=callback_url,
+                    now=now,
+                )
+                answer.confirmation_id = str(confirmation.id)
+            redacted = outcome.stored_args is not None
+            ToolCall.objects.create(
+                agent=agent,
+                session_id=session_id,
+                turn_id=turn_id,
+                tool_call_id=tool_call_id,
+                tool_name=tool_name,
+                tool_args=stored_args,
+                user_id=user_id,
+                metadata=metadata,
+                decision=answer.decision,
+                reason=answer.reason,
+                decided_by_hook=outcome.decided_by,
+                hook_decisions=outcome.hook_decisions,
+                config_version=version,
+                confirmation=confirmation,
+                idempotency_key=idempotency_key or None,
+                request_fingerprint=fingerprint,
+                # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
+                response={**answer.as_dict(), "tool_args": None if redacted else answer.tool_args},
+            )
+    except IntegrityError:
+        # A concurrent request with the same idempotency key won the insert.
+        existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
+        return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
+    return answer
+
+
+def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> PreToolUseAnswer:
+    """The answer for a request whose idempotency key was seen before."""
+    if fingerprint and call.request_fingerprint and call.request_fingerprint != fingerprint:
+        raise IdempotencyMismatch(
+            "this idempotency_key was used with a different request body",
+            details={"tool_call": str(call.id)},
+        )
+    stored = call.response or {}
+    args = stored.get("tool_args") if stored.get("tool_args") is not None else tool_args
+    window = dt.timedelta(seconds=settings.GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS)
+    if call.outcome == "success" and call.completed_at and timezone.now() - call.completed_at <= window:
+        return PreToolUseAnswer(
+            decision="skip",
+            tool_args=args,
+            reason="this call already completed; returning its stored result",
+            side_effects=["idempotent_replay"],
+            hook_decisions=stored.get("hook_decisions", []),
+            result=call.result,
+        )
+    if call.confirmation_id is not None:
+        confirmation = ConfirmationRequest.objects.get(pk=call.confirmation_id)
+        answer = selectors.answer_for_confirmation(confirmation, tool_args=args)
+        answer.hook_decisions = stored.get("hook_decisions", [])
+        answer.side_effects = [*stored.get("side_effects", []), "idempotent_replay"]
+        return answer
+    return PreToolUseAnswer(
+        decision=stored.get("decision", call.decision),
+        tool_args=args,
+        reason=stored.get("reason", call.reason),
+        side_effects=[*stored.get("side_effects", []), "idempotent_replay"],
+        hook_decisions=stored.get("hook_decisions", []),
+    )

@@ -1,0 +1,204 @@
+"""The hooks' own store: small durable state kept between calls, per agent.
+
+Every read and write of `hooks.models.HookState` goes through these functions.
+Each is one statement (or one short transaction), exact under concurrency, so
+several server processes and workers share counters and markers safely.
+
+- values: `get` / `put` / `swap` (with an optional expiry, e.g. a cache TTL);
+- markers: `claim` / `release` (the one caller that inserted it wins);
+- counters: `count` (under a limit, once per turn) and `take_in_window` (a fixed window);
+- the session context: what outer levels (session start, the current turn)
+  said about a session, which every inner level's hooks see (`session_values`);
+- `purge_expired`: beat drops state whose expiry passed long ago.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from hooks.models import HookState
+
+SESSION_CONTEXT_KEY = "context"
+_MAX_FIELD = 200  # HookState.scope and .key
+# Expired state is kept this long before beat deletes it (a new call simply starts anew).
+PURGE_GRACE = dt.timedelta(hours=1)
+
+
+def field(*parts: str) -> str:
+    """Join parts into a scope or key, hashing the tail if it would not fit."""
+    text = ":".join(parts)
+    if len(text) <= _MAX_FIELD:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{text[: _MAX_FIELD - len(digest) - 1]}~{digest}"
+
+
+# --------------------------------------------------------------------------- values
+
+
+def get(*, agent: str, scope: str, key: str, now: dt.datetime | None = None) -> Any:
+    """A stored value, or None if there is none or it expired by `now`."""
+    row = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("value", "expires_at").first()
+    if row is None:
+        return None
+    value, expires_at = row
+    if expires_at is not None and expires_at <= (now or timezone.now()):
+        return None
+    return value
+
+
+def put(*, agent: str, scope: str, key: str, value: Any, expires_at: dt.datetime | None = None) -> None:
+    """Store a value (replacing any), optionally until `expires_at`."""
+    HookState.objects.update_or_create(
+        agent=agent, scope=scope, key=key, defaults={"value": value, "expires_at": expires_at}
+    )
+
+
+def swap(*, agent: str, scope: str, key: str, value: Any) -> bool:
+    """Store `value` unless it is what is stored already. True if it changed."""
+    with transaction.atomic():
+        state, created = HookState.objects.select_for_update().get_or_create(
+            agent=agent, scope=scope, key=key, defaults={"value": value}
+        )
+        if created:
+            return True
+        if state.value == value:
+            return False
+        HookState.objects.filter(pk=state.pk).update(value=value)
+        return True
+
+
+# --------------------------------------------------------------------------- markers
+
+
+def claim(*, agent: str, scope: str, key: str) -> bool:
+    """Insert a marker if there is none. True for the one caller that inserted it."""
+    try:
+        with transaction.atomic():
+            HookState.objects.create(agent=agent, scope=scope, key=key)
+    except IntegrityError:
+        return False
+    return True
+
+
+def release(*, agent: str, scope: str, key: str) -> None:
+    """Remove a marker (a claim whose work failed)."""
+    HookState.objects.filter(agent=agent, scope=scope, key=key).delete()
+
+
+# --------------------------------------------------------------------------- counters
+
+
+class _Refused(Exception):
+    pass
+
+
+def count(*, agent: str, scope: str, key: str, limit: int, once_per: str = "") -> tuple[bool, int]:
+    """Count one more under `limit`: (counted, count now). Exact under concurrency:
+    the increment is one conditional UPDATE (`counter < limit`).
+
+    `once_per` (e.g. a turn id) makes a repeat harmless: a second count for the
+    same value is answered as counted without counting again.
+    """
+    rows = HookState.objects.filter(agent=agent, scope=scope, key=key)
+    try:
+        with transaction.atomic():
+            if once_per:
+                try:
+                    with transaction.atomic():
+                        HookState.objects.create(agent=agent, scope=scope, key=field(key, "seen", once_per))
+                except IntegrityError:
+                    return True, rows.values_list("counter", flat=True).first() or 0
+            HookState.objects.get_or_create(agent=agent, scope=scope, key=key)
+            counted = rows.filter(counter__lt=limit).update(counter=F("counter") + 1)
+            if not counted:
+                raise _Refused  # rolls back the `once_per` marker: a refused count is not remembered
+    except _Refused:
+        return False, rows.values_list("counter", flat=True).first() or 0
+    return True, rows.values_list("counter", flat=True).first() or 0
+
+
+def take_in_window(
+    *, agent: str, scope: str, key: str, limit: int, window_seconds: int, now: dt.datetime
+) -> dt.datetime | None:
+    """Count one call in a fixed window; None if counted, else when the full window ends.
+
+    One `INSERT … ON CONFLICT DO UPDATE … WHERE counter < limit` (PostgreSQL,
+    and SQLite >= 3.35): the row lock it takes makes concurrent calls count one
+    at a time, so exactly `limit` calls per window get through. A window that
+    has ended restarts at 1 in the same statement; its row's `expires_at` is
+    the window's end.
+    """
+    q = connection.ops.quote_name
+    table = q(HookState._meta.db_table)
+    adapt = connection.ops.adapt_datetimefield_value
+    window_end = now + dt.timedelta(seconds=window_seconds)
+    expired = f"({table}.{q('expires_at')} IS NULL OR {table}.{q('expires_at')} <= %s)"
+    sql = (
+        f"INSERT INTO {table} ({q('agent')}, {q('scope')}, {q('key')}, {q('counter')}, {q('expires_at')}, {q('updated_at')}) "
+        f"VALUES (%s, %s, %s, 1, %s, %s) "
+        f"ON CONFLICT ({q('agent')}, {q('scope')}, {q('key')}) DO UPDATE SET "
+        f"{q('counter')} = CASE WHEN {expired} THEN 1 ELSE {table}.{q('counter')} + 1 END, "
+        f"{q('expires_at')} = CASE WHEN {expired} THEN excluded.{q('expires_at')} ELSE {table}.{q('expires_at')} END, "
+        f"{q('updated_at')} = excluded.{q('updated_at')} "
+        f"WHERE {expired} OR {table}.{q('counter')} < %s "
+        f"RETURNING {q('counter')}"
+    )
+    now_value = adapt(now)
+    params = [agent, scope, key, adapt(window_end), now_value, now_value, now_value, now_value, limit]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        counted = cursor.fetchone() is not None
+    if counted:
+        return None
+    ends = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("expires_at", flat=True).first()
+    return ends or window_end
+
+
+# --------------------------------------------------------------------------- the session context
+
+
+def session_scope(session_id: str) -> str:
+    return field("session", session_id)
+
+
+def session_values(*, agent: str, session_id: str) -> dict[str, Any]:
+    """What outer levels set for this session: `user_id`, `metadata` (session-start),
+    `turn_id` (the current turn), `started_at`, `ended_at`. {} if nothing was said."""
+    value = (
+        HookState.objects.filter(agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY)
+        .values_list("value", flat=True)
+        .first()
+    )
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def session_remember(*, agent: str, session_id: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Merge `values` into the session's context; returns the context now stored."""
+    with transaction.atomic():
+        state, _ = HookState.objects.select_for_update().get_or_create(
+            agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY, defaults={"value": {}}
+        )
+        merged = {**(state.value or {}), **values}
+        if merged != state.value:
+            HookState.objects.filter(pk=state.pk).update(value=merged)
+    return merged
+
+
+# --------------------------------------------------------------------------- housekeeping
+
+
+def purge_expired(*, now: dt.datetime, limit: int = 1000) -> int:
+    """Delete state whose expiry passed over PURGE_GRACE ago (ended rate-limit windows,
+    stale cached results); returns how many. A later call simply starts anew."""
+    cutoff = now - PURGE_GRACE
+    pks = list(HookState.objects.filter(expires_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+    if not pks:
+        return 0
+    return HookState.objects.filter(pk__in=pks, expires_at__lt=cutoff).delete()[0]
