@@ -1,4 +1,4 @@
-"""Gateway settings, read from the environment (CONTRACT §2).
+"""Gateway settings, read from the environment (docs/reference/environment.md).
 
 Every variable goes through one of the small helpers below, which raise
 ImproperlyConfigured with the variable's name on a bad value.

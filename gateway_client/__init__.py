@@ -1,4 +1,4 @@
-"""Agent-side client of the approval gateway (CONTRACT §6). Needs only httpx (and tenacity).
+"""Agent-side client of the approval gateway (docs/reference/client.md). Needs only httpx (and tenacity).
 
 - `GatewayClient` / `AsyncGatewayClient`: the agent API; `pre_tool_use(...)`
   returns the final `Decision`, waiting for a human as needed.

@@ -1,4 +1,4 @@
-"""`GatewayClient` and `AsyncGatewayClient`: the agent API (CONTRACT §4) from Python.
+"""`GatewayClient` and `AsyncGatewayClient`: the agent API (docs/reference/api.md) from Python.
 
 Both clients have the same methods; the async one returns awaitables::
 

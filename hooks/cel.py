@@ -1,4 +1,4 @@
-"""CEL for hooks' `when` keys (CONTRACT §3b), on the `common-expression-language` package.
+"""CEL for hooks' `when` keys (docs/reference/config.md), on the `common-expression-language` package.
 
 A `when` expression may use six variables: `tool` (str), `args` (map), `user`
 (str), `session` (map), `agent` (str) and `metadata` (map) — see

@@ -1,4 +1,4 @@
-"""Feishu / Lark channel (CONTRACT §3 `kind: feishu`, §5 chat callbacks).
+"""Feishu / Lark channel (docs/feishu.md; keys and callbacks in docs/reference/).
 
 Cards go out through lark-oapi's client (`im.v1.message.create` / `patch`).
 Card callbacks (`card.action.trigger`, card JSON 2.0) are authenticated here
@@ -52,7 +52,7 @@ from channels_ext.feishu.cards import REASON_INPUT_NAME, render_card
 # Feishu keeps a `uuid` for an hour to de-duplicate sends, and allows at most 50 characters.
 # https://open.feishu.cn/document/server-docs/im-v1/message/create
 UUID_MAX_LENGTH = 50
-# lark-oapi has no replay window at all; CONTRACT §5 refuses callbacks older than 5 minutes.
+# lark-oapi has no replay window at all; we refuse callbacks older than 5 minutes (docs/reference/api.md).
 MAX_CLOCK_SKEW_SECONDS = 300
 HTTP_TIMEOUT_SECONDS = 10
 

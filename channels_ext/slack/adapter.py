@@ -2,7 +2,7 @@
 
 Outbound calls go through slack-sdk's `WebClient`; inbound callbacks are
 verified with slack-sdk's `SignatureVerifier` before anything is parsed.
-Protocol notes: /work/shared/protocols/slack-feishu.md §1.
+Protocol notes: docs/slack.md.
 """
 
 from __future__ import annotations

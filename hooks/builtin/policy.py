@@ -77,7 +77,7 @@ class _Rule:
 class PolicyHook(Hook):
     """Invariant: a call gets the effect of the strongest rule that matches it, and that rule's reason.
 
-    Precedence is exactly CONTRACT §3b's: the rule naming the tool most
+    Precedence is exactly docs/reference/config.md's: the rule naming the tool most
     specifically wins (exact name > `prefix__*` > `*`); among rules equally
     specific, deny > ask > allow; among equal rules, file order. A rule whose
     `when` is false does not match. No match: `default`. An `ask` is routed by

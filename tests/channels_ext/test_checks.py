@@ -82,7 +82,7 @@ def test_every_kind_is_checked_against_its_own_adapters_config_model():
 
 
 def test_an_optional_key_left_empty_is_not_a_problem():
-    # Feishu's encrypt_key: empty means plain callbacks (CONTRACT §3).
+    # Feishu's encrypt_key: empty means plain callbacks (docs/reference/config.md).
     Channel.objects.create(
         name="finance-feishu",
         kind="feishu",

@@ -2,7 +2,7 @@
 
 Register with `pytest_plugins = ["tests.fakes.feishu_api"]` to get the
 `fake_feishu` fixture. The server answers with the shapes Feishu documents
-(see /work/shared/protocols/slack-feishu.md §2) and records every request.
+(see docs/feishu.md) and records every request.
 
 lark-oapi caches tenant tokens process-wide, keyed by app_id: give each test
 its own app_id (`unique_app_id()`) rather than expecting a token call per test.

@@ -1,5 +1,5 @@
 """Every lifecycle event over real HTTP against the real database: the answers of
-CONTRACT §4, deciding versus observing chains, and values an outer level set
+docs/reference/api.md, deciding versus observing chains, and values an outer level set
 reaching the hooks of an inner one."""
 
 from __future__ import annotations
