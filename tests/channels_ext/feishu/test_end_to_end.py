@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.utils import timezone
 
 from approvals.models import (
     ApproverResponse,
@@ -29,7 +28,6 @@ from approvals.models import (
     ConfirmationRequest,
     Outbox,
 )
-from approvals.tasks import expire_due
 from channels_ext.base import unsign_confirmation_id
 from channels_ext.feishu.cards import escape
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
@@ -288,6 +286,8 @@ def test_the_card_is_sent_to_the_chat_with_the_request_and_buttons_carrying_the_
 
 
 # --- deciding ----------------------------------------------------------------------
+# The scenarios every channel shares (late clicks, non-approvers, expiry, cancel) are in
+# tests/channels_ext/feishu/test_contract.py (tests/channels_ext/contract.py); here: what is Feishu's own.
 
 
 def test_an_approvers_click_wakes_the_waiting_agent_with_allow_and_answers_with_a_toast_and_the_decided_card(deploy):
@@ -341,61 +341,7 @@ def test_a_reject_with_a_reason_delivers_the_reason_to_the_waiting_agent(deploy)
     assert "— Vendor is not on the approved list" in markdown_of(card)
 
 
-def test_a_rejected_call_answers_the_waiting_agent_deny_with_who_rejected_and_why(deploy):
-    feishu = deploy()
-    answers: list[httpx.Response] = []
-    waiting_agent = threading.Thread(target=lambda: answers.append(feishu.ask(wait_seconds=30)))
-    waiting_agent.start()
-    message = feishu.posted_message()
-
-    feishu.click(button_values(message.card)["reject"], open_id=OTHER_APPROVER, reason="Over budget")
-    waiting_agent.join(timeout=5)
-
-    assert not waiting_agent.is_alive(), "the waiting agent was not answered within 5 s of the click"
-    [answer] = answers
-    assert answer.json()["decision"] == "deny"
-    assert answer.json()["reason"] == f"rejected by {OTHER_APPROVER}: Over budget"
-
-
 # --- clicks that change nothing ----------------------------------------------------
-
-
-def test_a_click_by_someone_who_is_not_an_approver_changes_nothing_and_says_why(deploy):
-    feishu = deploy()
-    confirmation_id = feishu.ask_pending()
-    message = feishu.posted_message()
-    before = request_state(confirmation_id)
-
-    response = feishu.click(button_values(message.card)["approve"], open_id=OUTSIDER)
-
-    toast, card = toast_and_card(response)
-    assert toast == {"type": "warning", "content": "You are not one of the approvers of this request."}
-    assert button_values(card).keys() == {"approve", "reject"}  # still open for the real approvers
-    assert request_state(confirmation_id) == before
-    assert ConfirmationEvent.objects.filter(kind="refused_click", actor=OUTSIDER).count() == 1  # audited
-    # The approvers can still decide.
-    assert toast_and_card(feishu.click(button_values(message.card)["approve"]))[0]["type"] == "success"
-
-
-def test_a_second_click_after_the_decision_changes_nothing_and_says_who_decided(deploy):
-    feishu = deploy()
-    confirmation_id = feishu.ask_pending()
-    message = feishu.posted_message()
-    buttons = button_values(message.card)
-    feishu.click(buttons["approve"])
-    feishu.settled()
-    before = request_state(confirmation_id)
-
-    late_reject = feishu.click(buttons["reject"], open_id=OTHER_APPROVER, reason="too late")
-    double_click = feishu.click(buttons["approve"])
-
-    for response in (late_reject, double_click):
-        toast, card = toast_and_card(response)
-        assert toast == {"type": "warning", "content": f"Already approved by {APPROVER}."}
-        assert card["header"]["template"] == "green"
-        assert interactive_elements(card) == []
-    assert request_state(confirmation_id) == before
-    assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
 
 
 def test_a_redelivered_event_with_the_same_event_id_writes_nothing_and_says_it_was_handled(deploy):
@@ -413,81 +359,6 @@ def test_a_redelivered_event_with_the_same_event_id_writes_nothing_and_says_it_w
     assert toast == {"type": "info", "content": "This click was already handled."}
     assert interactive_elements(card) == []
     assert everything_written(confirmation_id) == before  # not even an audit event
-
-
-# --- expiry ------------------------------------------------------------------------
-
-
-def expired_deployment(deploy) -> tuple[FeishuDeployment, str, FakeMessage, dict[str, dict[str, Any]]]:
-    """A request whose one-second deadline has passed (not yet swept), its card sent, and that card's buttons.
-
-    The buttons are read before anything patches the message: they are what the approver still sees.
-    """
-    feishu = deploy(timeout_seconds=1)
-    confirmation_id = feishu.ask_pending()
-    message = feishu.posted_message()
-    buttons = button_values(message.card)
-    expires_at = ConfirmationRequest.objects.get(pk=confirmation_id).expires_at
-    wait_until(lambda: timezone.now() > expires_at, what="the deadline to pass")
-    return feishu, confirmation_id, message, buttons
-
-
-def test_the_beat_sweep_expires_the_request_and_patches_the_card_without_buttons(deploy):
-    feishu, confirmation_id, message, _ = expired_deployment(deploy)
-
-    assert expire_due.apply().get() == 1  # what beat runs every few seconds
-
-    card = feishu.patched_card(message, "Expired")
-    assert card["header"]["template"] == "grey"
-    assert interactive_elements(card) == []
-    assert "⌛ **Expired**" in markdown_of(card)
-    assert card["config"]["update_multi"] is True
-
-
-def test_a_click_after_expiry_changes_nothing_and_says_the_request_expired(deploy):
-    feishu, confirmation_id, message, buttons = expired_deployment(deploy)
-    expire_due.apply()
-    feishu.patched_card(message, "Expired")
-    feishu.settled()
-    before = request_state(confirmation_id)
-
-    response = feishu.click(buttons["approve"])
-
-    toast, card = toast_and_card(response)
-    assert toast == {"type": "warning", "content": "This request expired without a decision."}
-    assert interactive_elements(card) == []
-    assert request_state(confirmation_id) == before
-
-
-def test_a_click_after_the_deadline_but_before_the_sweep_expires_the_request_instead_of_deciding(deploy):
-    feishu, confirmation_id, message, buttons = expired_deployment(deploy)
-
-    response = feishu.click(buttons["approve"])
-
-    toast, card = toast_and_card(response)
-    assert toast == {"type": "warning", "content": "This request expired before you answered."}
-    assert card["header"]["title"]["content"] == "Expired"
-    assert interactive_elements(card) == []
-    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
-    assert confirmation.status == "expired"
-    assert not ApproverResponse.objects.exists()
-    assert interactive_elements(feishu.patched_card(message, "Expired")) == []
-
-
-def test_an_agent_waiting_past_the_deadline_is_denied_and_the_card_is_patched(deploy):
-    feishu = deploy(timeout_seconds=2)
-    answers: list[httpx.Response] = []
-    waiting_agent = threading.Thread(target=lambda: answers.append(feishu.ask(wait_seconds=20)))
-    waiting_agent.start()
-    message = feishu.posted_message()
-
-    waiting_agent.join(timeout=15)
-
-    assert not waiting_agent.is_alive(), "the waiting agent was still held 15 s after its 2 s deadline"
-    [answer] = answers
-    assert answer.json()["decision"] == "deny"
-    assert answer.json()["reason"] == "no decision before the deadline (on_timeout: deny)"
-    assert interactive_elements(feishu.patched_card(message, "Expired")) == []
 
 
 # --- refused callbacks -------------------------------------------------------------

@@ -1,0 +1,283 @@
+"""The contract every channel keeps, written once and run against each of them.
+
+Like Django's `SessionTestsMixin`: `ChannelContract` holds the scenarios, and
+each channel's `test_contract.py` subclasses it (`class TestSlackChannel(ChannelContract)`)
+with a `driver` fixture that knows how that channel shows a request and how a
+click reaches the gateway: a signed Slack interactivity request, an encrypted
+and signed Feishu card callback, a form POST on the web approval page. What
+the contract asserts is what an agent, an approver and the audit trail see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.tasks import expire_due
+from tests.conftest import AgentClient
+from tests.support import wait_until
+
+TOOL = "oa__purchase_pay"
+
+
+@dataclasses.dataclass(frozen=True)
+class Person:
+    """Someone in a channel: `id` as the channel knows them (what gates list as approvers),
+    `decided_by` as the gateway records and reports a decision of theirs."""
+
+    id: str
+    name: str
+    decided_by: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Told:
+    """What came of one click: whether the gateway took it, and what the clicker was shown."""
+
+    taken: bool  # the request was answered as a click (2xx / the form processed), whatever it decided
+    text: str | None  # the sentence shown to the clicker (a note, a toast, a flash message); None if nothing
+
+
+class ChannelDriver(Protocol):
+    """One channel, deployed on the live gateway for the purchasing-bot's gate on TOOL."""
+
+    approvers: tuple[Person, Person]
+    outsider: Person
+    # What a click delivered a second time is answered with; `{by}` is who decided.
+    duplicate_told: str
+
+    def deploy(self, *, timeout_seconds: int = 1800) -> AgentClient:
+        """Configure the channel and the gate (approvers: the two approvers); the agent's client."""
+
+    def card(self, confirmation_id: str) -> Any:
+        """Wait until the request is shown to its approvers; a handle on what they see."""
+
+    def click(self, card: Any, person: Person, decision: str, *, reason: str = "") -> Told:
+        """`person` presses Approve or Reject (giving `reason` where the channel asks for one)."""
+
+    def click_twice(self, card: Any, person: Person, decision: str) -> tuple[Told, Told]:
+        """The same click delivered twice, as the vendor would redeliver it."""
+
+    def forged_click(self, card: Any, person: Person, decision: str) -> int:
+        """A click that does not come from the channel (unsigned, no CSRF token…); the HTTP status."""
+
+    def expect_decided(self, card: Any, *, status: str, by: Person | None, reason: str = "") -> None:
+        """Wait until the card shows `status` (and who, and why), with no buttons left; assert how it says so."""
+
+    def expect_open(self, card: Any) -> None:
+        """Assert the card still offers Approve and Reject."""
+
+
+def request_state(confirmation_id: str) -> dict[str, Any]:
+    """What a click could change about one request: its decision, its responses, the work it queued.
+
+    The queued work is compared by what it is (its dedupe key), not by how far a worker got with it.
+    """
+    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+    return {
+        "decision": (confirmation.status, confirmation.decided_by, confirmation.decided_at, confirmation.decision_reason),
+        "responses": sorted(
+            ApproverResponse.objects.filter(confirmation_id=confirmation_id).values_list("approver", "decision", "reason")
+        ),
+        "outbox": sorted(Outbox.objects.filter(confirmation_id=confirmation_id).values_list("dedupe_key", flat=True)),
+    }
+
+
+def pending(agent: AgentClient) -> str:
+    answer = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
+    assert answer["decision"] == "pending", answer
+    return answer["confirmation_id"]
+
+
+class ChannelContract:
+    """The scenarios; subclasses provide the `driver` fixture."""
+
+    @pytest.fixture
+    def background(self):
+        """Run a blocking call (a waiting agent, a click) in another thread; its DB connection closes after."""
+
+        def closing(fn, *args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="contract") as pool:
+            yield lambda fn, *args, **kwargs: pool.submit(closing, fn, *args, **kwargs)
+
+    # --- deciding ---------------------------------------------------------------------------
+
+    def test_an_approvers_click_allows_the_waiting_agent_and_the_card_shows_the_approval(self, driver, background):
+        agent = driver.deploy()
+        approver = driver.approvers[0]
+        waiting = background(agent.pre_tool_use, TOOL, {"amount": 80000}, user_id="u-42", wait_seconds=30)
+        confirmation_id = wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first())
+        card = driver.card(str(confirmation_id))
+
+        told = driver.click(card, approver, "approve")
+
+        assert told.taken
+        answer = waiting.result(timeout=20).json()
+        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {approver.decided_by}")
+        assert answer["tool_args"] == {"amount": 80000}
+        confirmation = ConfirmationRequest.objects.get()
+        assert (confirmation.status, confirmation.decided_by) == ("approved", approver.decided_by)
+        assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(approver.id, "approve")]
+        driver.expect_decided(card, status="approved", by=approver)
+
+    def test_a_rejection_reaches_an_agent_long_polling_with_who_rejected_and_why(self, driver, background):
+        agent = driver.deploy()
+        approver = driver.approvers[1]
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        waiting = background(agent.wait, confirmation_id, timeout=30)
+
+        told = driver.click(card, approver, "reject", reason="Over budget this quarter")
+
+        assert told.taken
+        state = waiting.result(timeout=20).json()
+        assert (state["status"], state["decided_by"], state["reason"]) == (
+            "rejected",
+            approver.decided_by,
+            "Over budget this quarter",
+        )
+        responses = ApproverResponse.objects.filter(confirmation_id=confirmation_id)
+        assert list(responses.values_list("approver", "decision", "reason")) == [
+            (approver.id, "reject", "Over budget this quarter")
+        ]
+        driver.expect_decided(card, status="rejected", by=approver, reason="Over budget this quarter")
+
+    # --- clicks that change nothing -------------------------------------------------------------
+
+    def test_a_click_by_someone_who_is_not_an_approver_changes_nothing_and_says_why(self, driver):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        before = request_state(confirmation_id)
+
+        told = driver.click(card, driver.outsider, "approve")
+
+        assert told.text == "You are not one of the approvers of this request."
+        assert request_state(confirmation_id) == before
+        refused = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="refused_click")
+        assert list(refused.values_list("actor", flat=True)) == [driver.outsider.id]  # audited
+        driver.expect_open(card)
+        # The approvers can still decide.
+        assert driver.click(card, driver.approvers[0], "approve").taken
+        assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+
+    def test_a_second_click_after_the_decision_changes_nothing_and_says_who_decided(self, driver):
+        agent = driver.deploy()
+        first, second = driver.approvers
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        assert driver.click(card, first, "approve").taken
+        driver.expect_decided(card, status="approved", by=first)
+        before = request_state(confirmation_id)
+
+        late_reject = driver.click(card, second, "reject", reason="too late")
+        double_click = driver.click(card, first, "approve")
+
+        assert late_reject.text == double_click.text == f"Already approved by {first.decided_by}."
+        assert request_state(confirmation_id) == before
+        assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="late_click").count() == 2
+
+    def test_the_same_click_delivered_twice_decides_once(self, driver):
+        agent = driver.deploy()
+        approver = driver.approvers[0]
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+
+        first, again = driver.click_twice(card, approver, "approve")
+
+        assert first.taken and again.taken
+        assert again.text == driver.duplicate_told.format(by=approver.decided_by)
+        assert ApproverResponse.objects.filter(confirmation_id=confirmation_id).count() == 1
+        assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="approved").count() == 1
+
+    def test_two_approvers_clicking_at_once_make_exactly_one_decision(self, driver, background):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+
+        clicks = [background(driver.click, card, person, "approve") for person in driver.approvers]
+        told = [c.result(timeout=20) for c in clicks]
+
+        assert all(t.taken for t in told)
+        confirmation = ConfirmationRequest.objects.get()
+        winner = next(p for p in driver.approvers if p.decided_by == confirmation.decided_by)
+        loser = next(p for p in driver.approvers if p is not winner)
+        assert ApproverResponse.objects.get().approver == winner.id
+        assert told[driver.approvers.index(loser)].text == f"Already approved by {winner.decided_by}."
+        kinds = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).values_list("kind", flat=True)
+        assert sorted(k for k in kinds if k not in ("card_posted", "card_updated")) == ["approved", "created", "late_click"]
+        driver.expect_decided(card, status="approved", by=winner)
+
+    def test_a_forged_click_is_refused_and_changes_nothing(self, driver):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        before = request_state(confirmation_id)
+        events = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).count()
+
+        status = driver.forged_click(card, driver.approvers[0], "approve")
+
+        assert status in (401, 403)
+        assert request_state(confirmation_id) == before
+        assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).count() == events
+
+    # --- the request ends without the approvers ---------------------------------------------------
+
+    def test_an_agent_waiting_past_the_deadline_is_denied_and_the_card_shows_it_expired(self, driver, background):
+        agent = driver.deploy(timeout_seconds=1)
+
+        answer = agent.pre_tool_use(TOOL, {"amount": 80000}, wait_seconds=20).json()
+
+        assert (answer["decision"], answer["reason"]) == ("deny", "no decision before the deadline (on_timeout: deny)")
+        confirmation = ConfirmationRequest.objects.get()
+        assert (confirmation.status, confirmation.decided_by) == ("expired", "gateway")
+        driver.expect_decided(driver.card(str(confirmation.pk)), status="expired", by=None)
+
+    def test_a_click_after_the_sweep_expired_the_request_changes_nothing_and_says_so(self, driver):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+        assert expire_due.apply().get() == 1  # what beat runs every two seconds
+        driver.expect_decided(card, status="expired", by=None)
+        before = request_state(confirmation_id)
+
+        told = driver.click(card, driver.approvers[0], "approve")
+
+        assert told.text == "This request expired without a decision."
+        assert request_state(confirmation_id) == before
+
+    def test_a_click_after_the_deadline_but_before_the_sweep_expires_the_request_instead_of_deciding(self, driver):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+
+        told = driver.click(card, driver.approvers[0], "approve")
+
+        assert told.text == "This request expired before you answered."
+        confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+        assert (confirmation.status, confirmation.decided_by) == ("expired", "gateway")
+        assert not ApproverResponse.objects.exists()
+        driver.expect_decided(card, status="expired", by=None)
+
+    def test_a_request_the_agent_cancels_loses_its_buttons(self, driver):
+        agent = driver.deploy()
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+
+        assert agent.http.post(f"/api/v1/confirmations/{confirmation_id}/cancel").status_code == 200
+
+        driver.expect_decided(card, status="cancelled", by=None)
+        assert ConfirmationRequest.objects.get(pk=confirmation_id).decided_by == "agent:purchasing-bot"
