@@ -7,6 +7,8 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
+from gateway.celery import app as celery_app
+
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
@@ -21,9 +23,7 @@ def readyz(request):
     except Exception as exc:
         checks["database"] = f"error: {exc}"
     try:
-        from gateway.celery import app
-
-        with app.connection_for_write() as conn:
+        with celery_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         checks["broker"] = "ok"
     except Exception as exc:

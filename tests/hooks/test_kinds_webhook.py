@@ -200,7 +200,7 @@ def test_a_secret_without_the_whsec_prefix_signs_with_its_own_bytes(live_gateway
     agent.pre_tool_use("pay", {})
 
     sent = policy_service.requests[0]
-    Webhook(b"plain secret!").verify(sent["body"], sent["headers"])
+    assert Webhook(b"plain secret!").verify(sent["body"], sent["headers"])["tool_name"] == "pay"
 
 
 def test_without_a_secret_the_event_is_sent_unsigned(live_gateway, transactional_db, policy_service):

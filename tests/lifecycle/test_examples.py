@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from approvals.config_schema import load_config_file
+from approvals.config_schema import load_config_file, parse_config_text
+from gateway.configfile import load_yaml
+from hooks.registry import validate_agent_hooks
 from tests.conftest import apply_config
 from tests.lifecycle.conftest import LifecycleAgent
 
@@ -38,13 +40,50 @@ def test_each_example_is_a_valid_config_whose_programs_exist(path):
                     assert (ROOT / arg).is_file(), f"{path.name}: {arg} does not exist"
 
 
-@pytest.mark.parametrize("page", DOC_PAGES, ids=[p.name for p in DOC_PAGES])
-def test_every_config_in_the_event_docs_is_valid(page, tmp_path):
-    blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S)
-    for n, block in enumerate(blocks):
-        config = tmp_path / f"{page.stem}-{n}.yaml"
-        config.write_text(block)
-        load_config_file(config, environ={})
+def yaml_blocks() -> list[tuple[str, str]]:
+    """(where, text) of every ```yaml block in the docs and the README."""
+    pages = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    return [
+        (f"{page.relative_to(ROOT)}#{n}", block)
+        for page in pages
+        for n, block in enumerate(re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S))
+    ]
+
+
+def first_key(block: str) -> str:
+    line = next(line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    return line.strip().split(":")[0]
+
+
+class AnyVariable(dict):
+    """An environment in which every `${NAME}` a page uses is set."""
+
+    def get(self, name, default=None):
+        return f"value-of-{name}"
+
+
+WHOLE_FILES = [(where, block) for where, block in yaml_blocks() if first_key(block) in ("channels", "agents")]
+HOOK_LISTS = [(where, block) for where, block in yaml_blocks() if first_key(block) == "- kind"]
+
+
+def test_the_docs_show_whole_config_files_and_hook_lists_and_every_event_page_has_one():
+    assert len(WHOLE_FILES) >= 10 and len(HOOK_LISTS) >= 4
+    pages_with_configs = {where.split("#")[0] for where, _ in WHOLE_FILES}
+    assert {str(page.relative_to(ROOT)) for page in DOC_PAGES} <= pages_with_configs
+
+
+@pytest.mark.parametrize("where, block", WHOLE_FILES, ids=[where for where, _ in WHOLE_FILES])
+def test_every_config_file_in_the_docs_is_valid(where, block):
+    config = parse_config_text(block, environ=AnyVariable())
+
+    assert config.channels or config.agents
+
+
+@pytest.mark.parametrize("where, block", HOOK_LISTS, ids=[where for where, _ in HOOK_LISTS])
+def test_every_hook_list_in_the_docs_is_valid(where, block):
+    hooks = validate_agent_hooks(load_yaml(block))
+
+    assert hooks
 
 
 def example_agent(live_gateway, name: str, agent: str, monkeypatch) -> LifecycleAgent:
