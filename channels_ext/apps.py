@@ -4,14 +4,16 @@ from importlib.util import find_spec
 from django.apps import AppConfig
 from django.core import checks
 
+from channels_ext.base import CHANNEL_KINDS
+
 
 class ChannelsExtConfig(AppConfig):
     name = "channels_ext"
     verbose_name = "Chat channels"
 
     def ready(self) -> None:
-        from channels_ext.base import CHANNEL_KINDS
-        from channels_ext.checks import check_channel_configs  # reads Channel rows: only once apps are ready
+        # Reads Channel rows, so it is imported once the apps (and their models) are ready.
+        from channels_ext.checks import check_channel_configs
 
         # Tags.database: runs under `migrate` and `check --database default`, on a migrated database only.
         checks.register(check_channel_configs, checks.Tags.database)
