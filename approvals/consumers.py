@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import datetime as dt
 import json
 import logging
 import uuid
@@ -42,7 +40,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from approvals import selectors
 from approvals.api.auth import bearer_token
-from approvals.waiting import agent_id_for_key, confirmation_states, read_confirmation
+from approvals.types import ConfirmationState
+from approvals.waiting import agent_id_for_key, confirmation_states
 
 SUBPROTOCOL = "gateway.v1"
 BEARER_SUBPROTOCOL_PREFIX = "bearer."
@@ -67,26 +66,13 @@ def api_key_from_scope(scope: dict[str, Any]) -> str:
     return (query.get("api_key") or [""])[0]
 
 
-@dataclasses.dataclass(frozen=True)
-class SocketState:
-    """What the socket pushes about one request, and what waiting on it needs."""
-
-    message: dict[str, Any]
-    is_final: bool
-    expires_at: dt.datetime | None
-
-
-def read_socket_state(confirmation_id: uuid.UUID, agent_id: int) -> SocketState | None:
-    """One of this agent's requests as the socket shows it; None if it is not theirs."""
-    confirmation = read_confirmation(confirmation_id, agent_id)
-    if confirmation is None:
-        return None
-    message = {
-        **selectors.confirmation_as_dict(confirmation),
-        "approvals_required": confirmation.approvals_required,
-        "approved_by": selectors.approvals_so_far(confirmation),
+def socket_message(state: ConfirmationState) -> dict[str, Any]:
+    """What the socket pushes about one request: the API's view plus the approvals so far."""
+    return {
+        **selectors.confirmation_as_dict(state),
+        "approvals_required": state.approvals_required,
+        "approved_by": list(state.approved_by or ()),
     }
-    return SocketState(message, confirmation.is_final, confirmation.expires_at)
 
 
 class ConfirmationConsumer(AsyncWebsocketConsumer):
@@ -150,15 +136,14 @@ class ConfirmationConsumer(AsyncWebsocketConsumer):
         Every wake-up re-reads the request (NOTIFY is a hint); a state the
         client already has is not sent again.
         """
-        states = confirmation_states(
-            confirmation_id=self.confirmation_id, agent_id=self.agent_id, read=read_socket_state
-        )
+        states = confirmation_states(confirmation_id=self.confirmation_id, agent_id=self.agent_id, with_approvals=True)
         last_sent: dict[str, Any] | None = None
         async with contextlib.aclosing(states):
             async for state in states:
-                if state.message != last_sent:
-                    await self.send(text_data=json.dumps(state.message))
-                    last_sent = state.message
+                message = socket_message(state)
+                if message != last_sent:
+                    await self.send(text_data=json.dumps(message))
+                    last_sent = message
                 if state.is_final:
                     return await self.close(code=CLOSE_NORMAL)
         if last_sent is None:  # nothing to watch: not a request of this agent's

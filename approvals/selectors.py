@@ -24,7 +24,7 @@ from approvals.models import (
     Status,
     ToolCall,
 )
-from approvals.types import SYSTEM_ACTOR, PreToolUseAnswer
+from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
 from channels_ext.base import CardView, ChannelAdapter, get_adapter
 from hooks.base import Hook
 from hooks.registry import build, validate_agent_hooks
@@ -73,13 +73,13 @@ def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> Confirmatio
     return confirmation
 
 
-def confirmation_url(confirmation: ConfirmationRequest | str) -> str:
-    pk = confirmation.pk if isinstance(confirmation, ConfirmationRequest) else confirmation
+def confirmation_url(confirmation: ConfirmationRequest | ConfirmationState | str) -> str:
+    pk = getattr(confirmation, "pk", confirmation)
     return settings.GATEWAY_PUBLIC_URL + reverse("approval-page", args=[pk])
 
 
-def confirmation_as_dict(confirmation: ConfirmationRequest) -> dict[str, Any]:
-    """The API's view of one request (docs/reference/api.md)."""
+def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+    """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it."""
     return {
         "id": str(confirmation.pk),
         "status": confirmation.status,
@@ -108,8 +108,10 @@ def final_state_sentence(confirmation: ConfirmationRequest) -> str:
     return "This request is still pending."
 
 
-def answer_for_confirmation(confirmation: ConfirmationRequest, *, tool_args: dict[str, Any]) -> PreToolUseAnswer:
-    """The pre-tool-use answer a request's current state implies."""
+def answer_for_confirmation(
+    confirmation: ConfirmationRequest | ConfirmationState, *, tool_args: dict[str, Any]
+) -> PreToolUseAnswer:
+    """The pre-tool-use answer a request's current state implies (from its row or a waiter's state of it)."""
     status = confirmation.status
     who = confirmation.decided_by or "someone"
     if status == Status.PENDING:

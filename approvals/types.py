@@ -7,6 +7,7 @@ without importing the code that makes them.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 # Who the gateway itself is in `decided_by` and events: the expiry sweep, a card that
@@ -79,3 +80,75 @@ class TimersRun:
     reminded: int = 0
     escalated: int = 0
     counters_purged: int = 0  # expired hook state (ended rate-limit windows, stale caches) deleted
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmationState:
+    """One request's state as its waiting agent sees it: read from its row, or carried by the
+    notification of a change (`services.records.changes_notify`), so a woken waiter need not read.
+
+    `approved_by` is None when it was not read (the long-poll does not need it).
+    """
+
+    id: str
+    agent_id: int
+    status: str
+    tool_name: str
+    tool_args: dict[str, Any]
+    reason: str
+    decision_reason: str
+    decided_by: str
+    decided_at: dt.datetime | None
+    expires_at: dt.datetime | None
+    on_timeout: str
+    approvals_required: int
+    approved_by: tuple[str, ...] | None = None
+
+    @property
+    def pk(self) -> str:
+        return self.id
+
+    @property
+    def is_final(self) -> bool:
+        return self.status != "pending"
+
+    @classmethod
+    def from_row(cls, row: Any, *, approved_by: list[str] | None = None) -> ConfirmationState:
+        return cls(
+            id=str(row.pk),
+            agent_id=row.agent_id,
+            status=row.status,
+            tool_name=row.tool_name,
+            tool_args=row.tool_args,
+            reason=row.reason,
+            decision_reason=row.decision_reason,
+            decided_by=row.decided_by,
+            decided_at=row.decided_at,
+            expires_at=row.expires_at,
+            on_timeout=row.on_timeout,
+            approvals_required=row.approvals_required,
+            approved_by=tuple(approved_by) if approved_by is not None else None,
+        )
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> ConfirmationState:
+        """From the JSON a notification carries (`changes_notify`)."""
+        return cls(
+            id=str(data["id"]),
+            agent_id=int(data["agent_id"]),
+            status=data["status"],
+            tool_name=data["tool_name"],
+            tool_args=data["tool_args"],
+            reason=data["reason"],
+            decision_reason=data["decision_reason"],
+            decided_by=data["decided_by"],
+            decided_at=_moment(data["decided_at"]),
+            expires_at=_moment(data["expires_at"]),
+            on_timeout=data["on_timeout"],
+            approvals_required=int(data["approvals_required"]),
+            approved_by=tuple(data["approved_by"]),
+        )
+
+
+def _moment(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None

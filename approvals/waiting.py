@@ -6,12 +6,13 @@ the long-poll and pre-tool-use with `wait_seconds` (`approvals.api.longpoll`),
 the Claude Code HTTP hook (`approvals.api.claude_code`), both through
 `wait_for_final`, and the WebSocket (`approvals.consumers`).
 
-A waiter is one future in `gateway.realtime.waiters` and one timer (its own
-timeout or the request's deadline); it registers before its first read (so a
-decision committed in between still wakes it), re-reads the row on every
-wake-up, and expires the request itself when its deadline passes. Database
-reads borrow a connection from a small executor and give it back at once
-(`db_call`). Lost notifications are caught by one batched re-check per
+A waiter is one future in `gateway.realtime.waiters` and at most one timer (its
+own timeout); it registers before its first read (so a decision committed in
+between still wakes it). A notification carries the request's new state, so a
+woken waiter answers without reading; the process's expiry queue expires the
+requests its waiters wait on as their deadlines pass, many in one transaction.
+Database reads borrow a connection from a small executor and give it back at
+once (`db_call`). Lost notifications are caught by one batched re-check per
 process every GATEWAY_WAIT_RECHECK_SECONDS; without PostgreSQL (SQLite in
 `make run`) waiters poll.
 """
@@ -21,22 +22,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import functools
+import heapq
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from approvals import selectors, services
 from approvals.errors import InvalidInput
 from approvals.models import ConfirmationRequest, Status
+from approvals.types import ConfirmationState
 from gateway.realtime import waiters
 
 logger = logging.getLogger("approvals.waiting")
@@ -108,26 +112,12 @@ async def agent_id_for_key(raw_key: str) -> int | None:
 # --------------------------------------------------------------------------- the primitive
 
 
-class WatchedState(Protocol):
-    """What a reader gives `confirmation_states`: at least whether the request is final, and its deadline."""
-
-    @property
-    def is_final(self) -> bool: ...
-
-    @property
-    def expires_at(self) -> Any: ...
-
-
-S = TypeVar("S", bound=WatchedState)
-
-
-def read_confirmation(confirmation_id: Any, agent_id: int) -> ConfirmationRequest | None:
-    """The request, if it is this agent's (the default reader of `confirmation_states`)."""
-    return ConfirmationRequest.objects.select_related("agent").filter(pk=confirmation_id, agent_id=agent_id).first()
-
-
-def _expire(confirmation_id: Any) -> None:
-    services.confirmation_expire(confirmation_id=confirmation_id)
+def read_state(confirmation_id: Any, agent_id: int, with_approvals: bool = False) -> ConfirmationState | None:
+    """The request's state, if it is this agent's; with who approved so far if asked."""
+    row = ConfirmationRequest.objects.filter(pk=confirmation_id, agent_id=agent_id).first()
+    if row is None:
+        return None
+    return ConfirmationState.from_row(row, approved_by=selectors.approvals_so_far(row) if with_approvals else None)
 
 
 async def confirmation_states(
@@ -135,16 +125,17 @@ async def confirmation_states(
     confirmation_id: Any,
     agent_id: int,
     until: float | None = None,
-    read: Callable[[Any, int], S | None] = read_confirmation,  # type: ignore[assignment]
-) -> AsyncIterator[S]:
-    """Yield one request's state now, then after every wake-up, until it is final.
+    with_approvals: bool = False,
+) -> AsyncIterator[ConfirmationState]:
+    """Yield one request's state now, then after every change, until it is final.
 
-    A wake-up is a notification of a change, the process's batched re-check,
-    or the request's own deadline (the waiter then expires it itself). With
-    `until` (an event-loop time) the iteration also ends once that passes,
-    after yielding the state read then. Nothing is yielded if the request is
-    not this agent's. `read(confirmation_id, agent_id)` is run in the database
-    executor; the default gives the `ConfirmationRequest`.
+    A change is told by its notification, which carries the new state (no
+    read); the process's batched re-check and a listener reconnect wake the
+    waiter without one (then it reads). The request's own deadline is kept by
+    the process's expiry queue, which expires it and so notifies. With `until`
+    (an event-loop time) the iteration also ends once that passes, after
+    yielding the state read then. Nothing is yielded if the request is not
+    this agent's. `with_approvals` reads who approved so far as well.
 
     Use it with `contextlib.aclosing` so the waiter is unregistered as soon as
     the caller stops. While parked a waiter holds its future and one timer,
@@ -154,27 +145,31 @@ async def confirmation_states(
     key = str(confirmation_id)
     _ensure_rechecker()
     future = waiters.register(key)
+    told: Any = None
     try:
         while True:
-            state = await db_call(read)(confirmation_id, agent_id)
-            if state is None:
-                return
-            if not state.is_final and state.expires_at is not None and state.expires_at <= timezone.now():
-                del state
-                await db_call(_expire)(confirmation_id)
-                continue
+            if isinstance(told, dict):
+                state = ConfirmationState.from_payload(told)
+                if state.agent_id != agent_id:  # cannot happen for one id; never show another agent's request
+                    return
+            elif isinstance(told, ConfirmationState):
+                state = told
+            else:
+                state = await db_call(read_state)(confirmation_id, agent_id, with_approvals)
+                if state is None:
+                    return
+            told = None
+            if not state.is_final and state.expires_at is not None:
+                _expiries().schedule(key, state.expires_at)
             step = None if until is None else until - loop.time()
-            if state.expires_at is not None and not state.is_final:
-                until_expiry = (state.expires_at - timezone.now()).total_seconds() + 0.01
-                step = until_expiry if step is None else min(step, until_expiry)
-            done = state.is_final or (until is not None and loop.time() >= until)
+            done = state.is_final or (step is not None and step <= 0)
             yield state
             del state
             if done:
                 return
             timer = loop.call_later(step, _resolve, future) if step is not None else None
             try:
-                await future
+                told = await future
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -184,8 +179,8 @@ async def confirmation_states(
         waiters.unregister(key, future)
 
 
-async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float) -> ConfirmationRequest | None:
-    """Wait until the request is final or `timeout` passes; the row as last read (None if not this agent's)."""
+async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float) -> ConfirmationState | None:
+    """Wait until the request is final or `timeout` passes; its state as last known (None if not this agent's)."""
     until = asyncio.get_running_loop().time() + timeout
     states = confirmation_states(confirmation_id=confirmation_id, agent_id=agent_id, until=until)
     async with contextlib.aclosing(states):
@@ -195,10 +190,97 @@ async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float)
     return last
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    """A waiter's own timer: wake it as a notification would."""
+def _resolve(future: asyncio.Future[Any]) -> None:
+    """A waiter's own timer: wake it as a notification without a state would."""
     if not future.done():
         future.set_result(None)
+
+
+# --------------------------------------------------------------------------- deadlines
+
+EXPIRY_BATCH = 500  # requests expired in one transaction
+EXPIRY_RETRY_SECONDS = 0.25  # a due request another transaction held is tried again this soon
+
+
+class _ExpiryQueue:
+    """Keeps the deadlines of the requests this process's waiters wait on, and expires
+    them as they pass: every request due at that moment in ONE transaction
+    (`services.confirmations_expire`), whose notification then wakes the waiters with
+    the expired state. One per process and event loop; the beat sweep remains the
+    backstop for requests nobody waits on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._heap: list[tuple[float, str]] = []
+        self._deadline_of: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        self.task = loop.create_task(self._run(), name="gateway-expiry-queue")
+
+    def schedule(self, confirmation_id: str, expires_at: dt.datetime) -> None:
+        when = expires_at.timestamp()
+        if self._deadline_of.get(confirmation_id) == when:
+            return
+        self._deadline_of[confirmation_id] = when
+        heapq.heappush(self._heap, (when, confirmation_id))
+        if self._heap[0] == (when, confirmation_id):
+            self._changed.set()  # a new earliest deadline
+
+    async def _run(self) -> None:
+        while True:
+            if not self._heap:
+                await self._changed.wait()
+                self._changed.clear()
+                continue
+            delay = self._heap[0][0] - time.time()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), delay)
+                self._changed.clear()
+                continue
+            due = self._take_due()
+            if due:
+                await self._expire(due)
+
+    def _take_due(self) -> list[str]:
+        now, due = time.time(), []
+        waited = set(waiters.registered_ids())
+        while self._heap and self._heap[0][0] <= now and len(due) < EXPIRY_BATCH:
+            when, confirmation_id = heapq.heappop(self._heap)
+            if self._deadline_of.get(confirmation_id) != when:
+                continue  # rescheduled since
+            del self._deadline_of[confirmation_id]
+            if confirmation_id in waited:  # nobody waits on it any more: the sweep's
+                due.append(confirmation_id)
+        return due
+
+    async def _expire(self, due: list[str]) -> None:
+        try:
+            expired = set(await db_call(_expire_many)(due))
+        except Exception:
+            logger.warning("expiring %d requests failed; retrying", len(due), exc_info=True)
+            expired = set()
+        if not waiters.push_enabled:  # no notification will come: wake them to read
+            for confirmation_id in expired:
+                waiters.wake(confirmation_id)
+        retry_at = dt.datetime.fromtimestamp(time.time() + EXPIRY_RETRY_SECONDS, dt.timezone.utc)
+        for confirmation_id in due:
+            if confirmation_id not in expired:  # held by a decision in flight, or decided already
+                self.schedule(confirmation_id, retry_at)
+
+
+def _expire_many(confirmation_ids: list[str]) -> list[str]:
+    return services.confirmations_expire(confirmation_ids=confirmation_ids, limit=len(confirmation_ids))
+
+
+_expiry_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ExpiryQueue] = weakref.WeakKeyDictionary()
+
+
+def _expiries() -> _ExpiryQueue:
+    loop = asyncio.get_running_loop()
+    queue = _expiry_queues.get(loop)
+    if queue is None or queue.task.done():
+        queue = _expiry_queues[loop] = _ExpiryQueue(loop)
+    return queue
 
 
 # --------------------------------------------------------------------------- the safety net

@@ -1,22 +1,30 @@
 """Waking waiting agents: the only module that knows how a state change
 reaches the processes that hold waiters.
 
-- `notify_changed(id)` runs inside the deciding transaction. On PostgreSQL it
-  issues `pg_notify`, which is delivered only if and when that transaction
-  commits (so a woken waiter always sees the new row).
+- `notify_sql` is the statement a writer runs inside its deciding transaction:
+  on PostgreSQL it issues `pg_notify`, which is delivered only if and when that
+  transaction commits (so a waiter never hears of a change that did not happen).
+  The payload is the request's new state as JSON when it fits in a
+  notification (8000 bytes), else just its id: a woken waiter then has its
+  answer without reading the database.
 - Each server process runs one `Listener` task on its own autocommit psycopg
   connection (never a pooled one: LISTEN is session state), resolving the
-  in-process `WaiterRegistry`: a dict of id -> set of futures.
-- NOTIFY is a hint, never the record: waiters re-read the row after waking,
-  re-check every few seconds, and all of them are re-checked after the
-  listener reconnects. Without PostgreSQL (SQLite in `make run`) waiters poll.
+  in-process `WaiterRegistry`: a dict of id -> set of futures; each future's
+  result is the state that came with the notification (or None).
+- NOTIFY is a hint, never the record: waiters re-check every few seconds, and
+  all of them are re-checked after the listener reconnects. Without PostgreSQL
+  (SQLite in `make run`) waiters poll.
+
+A leaf module: it knows channels, payloads and futures, not what a request is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import defaultdict
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -24,13 +32,32 @@ from django.db import connection
 logger = logging.getLogger("gateway.realtime")
 
 CHANNEL = "gateway_confirmation_changed"
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; keep a margin.
+PAYLOAD_LIMIT = 7900
 
 
-def notify_changed(confirmation_id: str) -> None:
-    """Queue a wake-up for waiters on this request; delivered at commit."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(confirmation_id)])
+def notify_sql(select_payloads: str, params: list[Any]) -> None:
+    """Queue one notification per row of `select_payloads` (a query yielding columns `id, payload`):
+    the payload when it fits, else the bare id. Delivered at commit; nothing without PostgreSQL."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(pg_notify(%s, CASE WHEN octet_length(s.payload) < {PAYLOAD_LIMIT} "
+            f"THEN s.payload ELSE s.id::text END)) FROM ({select_payloads}) AS s",
+            [CHANNEL, *params],
+        )
+
+
+def parse_payload(payload: str) -> tuple[str, dict[str, Any] | None]:
+    """(id, state or None) from a notification's payload."""
+    if payload.startswith("{"):
+        try:
+            data = json.loads(payload)
+            return str(data["id"]), data
+        except (ValueError, KeyError, TypeError):
+            logger.warning("unreadable notification payload %r", payload[:100])
+    return payload, None
 
 
 class WaiterRegistry:
@@ -40,16 +67,16 @@ class WaiterRegistry:
     """
 
     def __init__(self) -> None:
-        self._waiters: dict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self._waiters: dict[str, set[asyncio.Future[Any]]] = defaultdict(set)
         self._listener: Listener | None = None
 
-    def register(self, confirmation_id: str) -> asyncio.Future[None]:
+    def register(self, confirmation_id: str) -> asyncio.Future[Any]:
         self._ensure_listener()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[str(confirmation_id)].add(future)
         return future
 
-    def unregister(self, confirmation_id: str, future: asyncio.Future[None]) -> None:
+    def unregister(self, confirmation_id: str, future: asyncio.Future[Any]) -> None:
         key = str(confirmation_id)
         waiters = self._waiters.get(key)
         if waiters is not None:
@@ -57,11 +84,12 @@ class WaiterRegistry:
             if not waiters:
                 del self._waiters[key]
 
-    def wake(self, confirmation_id: str) -> int:
+    def wake(self, confirmation_id: str, state: dict[str, Any] | None = None) -> int:
+        """Resolve every waiter of this id with `state` (what the notification said, or None: read it)."""
         woken = 0
         for future in self._waiters.get(str(confirmation_id), ()):
             if not future.done():
-                future.set_result(None)
+                future.set_result(state)
                 woken += 1
         return woken
 
@@ -105,14 +133,14 @@ class Listener:
         backoff = 0.5
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(_conninfo(), autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(conninfo(), autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.connected.set()
                     backoff = 0.5
                     # Anything decided while we were not listening: re-check every waiter.
                     self.registry.wake_all()
                     async for notify in conn.notifies():
-                        self.registry.wake(notify.payload)
+                        self.registry.wake(*parse_payload(notify.payload))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # connection lost, server restart…
@@ -122,10 +150,11 @@ class Listener:
                 backoff = min(backoff * 2, 10)
 
 
-def _conninfo() -> str:
-    db = connection.settings_dict
+def conninfo() -> str:
+    """The default database as a libpq connection string (for connections outside Django's pool)."""
     from psycopg.conninfo import make_conninfo
 
+    db = connection.settings_dict
     params = {
         "dbname": db["NAME"],
         "user": db.get("USER") or None,

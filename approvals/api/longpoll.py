@@ -28,15 +28,15 @@ from approvals import selectors
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
 from approvals.errors import InvalidInput
-from approvals.models import ConfirmationRequest
+from approvals.types import ConfirmationState
 from approvals.waiting import agent_id_for_key, parse_timeout, wait_for_final
 
 WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 
 
-def final_answer(confirmation: ConfirmationRequest, pending_answer: dict[str, Any]) -> dict[str, Any]:
-    """The final pre-tool-use answer, built from the row already read (no query) and the pending answer."""
+def final_answer(confirmation: ConfirmationState, pending_answer: dict[str, Any]) -> dict[str, Any]:
+    """The final pre-tool-use answer, built from the state the waiter has (no query) and the pending answer."""
     final = selectors.answer_for_confirmation(confirmation, tool_args=pending_answer.get("tool_args") or {})
     return {**pending_answer, "decision": final.decision, "reason": final.reason}
 
@@ -76,7 +76,7 @@ class WaitingMiddleware:
         confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
         if confirmation is None:
             return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id}"))
-        # Built from the row already read: no query, so it runs on the event loop.
+        # Built from the state the waiter has: no query, so it runs on the event loop.
         await _send_json(send, 200, selectors.confirmation_as_dict(confirmation))
 
     async def _pre_tool_use(self, scope, receive, send) -> None:

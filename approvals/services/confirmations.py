@@ -29,15 +29,22 @@ from approvals.models import (
     ApproverResponse,
     CallbackReceipt,
     Channel,
+    ConfirmationEvent,
     ConfirmationRequest,
     EventKind,
+    Outbox,
     OutboxKind,
     Status,
 )
-from approvals.services.records import event_record, outbox_add
+from approvals.services.records import (
+    changes_notify,
+    event_record,
+    event_record_many,
+    outbox_add,
+    outbox_add_many,
+)
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.base import Callback, DecisionOutcome
-from gateway import realtime
 from hooks import state as hook_state
 from hooks.base import AskSpec
 
@@ -136,7 +143,7 @@ def confirmation_transition(
         return False
     confirmation = ConfirmationRequest.objects.select_related("channel", "escalate_channel").get(pk=confirmation_id)
     event_record(confirmation, _TERMINAL_EVENT[to_status], actor=decided_by, channel=channel, message=reason)
-    realtime.notify_changed(str(confirmation.pk))
+    changes_notify([confirmation.pk])
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
     outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
     if confirmation.callback_url:
@@ -249,7 +256,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         channel=channel_name,
         message=f"approval {approvals} of {confirmation.approvals_required}",
     )
-    realtime.notify_changed(str(confirmation.pk))  # WebSocket watchers see the count move
+    changes_notify([confirmation.pk])  # WebSocket watchers see the count move
     outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 
@@ -289,17 +296,46 @@ def confirmation_expire(*, confirmation_id: Any) -> bool:
 
 def confirmation_expire_due(*, limit: int = 500) -> int:
     """The beat sweep: expire every pending request past its deadline. Returns how many."""
+    return len(confirmations_expire(limit=limit))
+
+
+def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: int = 500) -> list[str]:
+    """Expire pending requests past their deadline, each exactly once, in ONE transaction; the ids this call expired.
+
+    The given requests (a server process's waiters whose deadlines passed), or with None
+    any that are due (the sweep). Rows another transaction holds (a click being decided)
+    are skipped, not waited for. Each expired request gets what `confirmation_transition`
+    gives one: its event, its redraw and webhook outbox rows, the notification — in bulk.
+    """
+    now = timezone.now()
     with transaction.atomic():
-        due = list(
-            ConfirmationRequest.objects.select_for_update(skip_locked=True)
-            .filter(status=Status.PENDING, expires_at__lte=timezone.now())
-            .order_by("expires_at")
-            .values_list("pk", flat=True)[:limit]
+        due = ConfirmationRequest.objects.select_for_update(skip_locked=True).filter(
+            status=Status.PENDING, expires_at__lte=now
         )
-        expired = 0
-        for pk in due:
-            expired += confirmation_transition(pk, Status.EXPIRED, decided_by=SYSTEM_ACTOR, reason=EXPIRED_REASON)
-    return expired
+        if confirmation_ids is not None:
+            due = due.filter(pk__in=confirmation_ids)
+        ids = list(due.order_by("expires_at").values_list("pk", flat=True)[:limit])
+        if not ids:
+            return []
+        ConfirmationRequest.objects.filter(pk__in=ids).update(
+            status=Status.EXPIRED, decided_by=SYSTEM_ACTOR, decided_at=now, decision_reason=EXPIRED_REASON
+        )
+        callbacks = dict(ConfirmationRequest.objects.filter(pk__in=ids).values_list("pk", "callback_url"))
+        event_record_many(
+            [
+                ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
+                for pk in ids
+            ]
+        )
+        rows = [Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired") for pk in ids]
+        rows += [
+            Outbox(confirmation_id=pk, kind=OutboxKind.WEBHOOK, dedupe_key=f"{pk}:webhook")
+            for pk in ids
+            if callbacks.get(pk)
+        ]
+        outbox_add_many(rows)
+        changes_notify(ids)
+    return [str(pk) for pk in ids]
 
 
 # --------------------------------------------------------------------------- timers (beat)

@@ -1,9 +1,11 @@
-"""The records written beside a change, in its transaction: its events and its outbox rows.
+"""What is written beside a change, in its transaction: its events, its outbox rows, its notification.
 
 An event is one line of a request's append-only history. An outbox row is work
 to do outside the database (post a card, redraw the cards, remind the
 approvers, POST a webhook): written with the change, queued for a worker once
 the change commits, and re-sent by beat's relay if no worker ever picked it up.
+A notification wakes the agents waiting on the request, in every server
+process, carrying the request's new state (`approvals.types.ConfirmationState`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.models import ApproverResponse, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from gateway import realtime
 from gateway.celery import app
 
 logger = logging.getLogger("approvals.services")
@@ -57,9 +60,46 @@ def outbox_add(
         transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, row.pk), robust=True)
 
 
+def event_record_many(events: list[ConfirmationEvent]) -> None:
+    """Append several events in one statement."""
+    ConfirmationEvent.objects.bulk_create(events)
+
+
+def outbox_add_many(rows: list[Outbox]) -> None:
+    """Write several outbox rows whose dedupe keys cannot exist yet (e.g. each request's redraw for a
+    state it just entered) in one statement, and queue each for delivery after commit."""
+    created = Outbox.objects.bulk_create(rows)
+    transaction.on_commit(lambda: [enqueue(DELIVER_OUTBOX_TASK, row.pk) for row in created], robust=True)
+
+
 def enqueue(task_name: str, *args: Any) -> None:
     """Queue a task by name; if the broker is down, beat's outbox relay picks the row up later."""
     try:
         app.send_task(task_name, args=args, retry=False)
     except Exception as exc:
         logger.warning("could not queue %s%s (%s); the outbox relay will retry", task_name, args, exc)
+
+
+def _state_sql() -> str:
+    """SELECT id, payload for the requests whose ids are the one parameter: each one's
+    `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed."""
+    requests = ConfirmationRequest._meta.db_table
+    responses = ApproverResponse._meta.db_table
+    return (
+        "SELECT cr.id, json_build_object("
+        "'id', cr.id, 'agent_id', cr.agent_id, 'status', cr.status, 'tool_name', cr.tool_name, "
+        "'tool_args', cr.tool_args, 'reason', cr.reason, 'decision_reason', cr.decision_reason, "
+        "'decided_by', cr.decided_by, 'decided_at', cr.decided_at, 'expires_at', cr.expires_at, "
+        "'on_timeout', cr.on_timeout, 'approvals_required', cr.approvals_required, "
+        "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
+        f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
+        f")::text AS payload FROM {requests} cr WHERE cr.id = ANY(%s::uuid[])"
+    )
+
+
+def changes_notify(confirmation_ids: list[Any]) -> None:
+    """Wake the agents waiting on these requests, telling them each one's new state. Delivered at commit:
+    one statement, however many requests (PostgreSQL only; elsewhere waiters poll)."""
+    if confirmation_ids:
+        realtime.notify_sql(_state_sql(), [[str(pk) for pk in confirmation_ids]])
+
