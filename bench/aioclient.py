@@ -46,11 +46,13 @@ class Connection:
         head = await self.reader.readuntil(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         status = int(status_line.split(" ", 2)[1])
-        headers = {}
+        headers: dict[str, str] = {}
         for line in header_lines:
             if line:
                 name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
+                name, value = name.strip().lower(), value.strip()
+                # Repeated headers (Set-Cookie) are kept, one per line.
+                headers[name] = f"{headers[name]}\n{value}" if name in headers else value
         if "content-length" in headers:
             body = await self.reader.readexactly(int(headers["content-length"]))
         elif headers.get("transfer-encoding", "").lower() == "chunked":
@@ -73,6 +75,12 @@ class Connection:
         self.send(method, path, headers=headers, body=body)
         status, _, data = await self.read_response()
         return status, data
+
+    async def request_full(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
+        self.send(method, path, headers=headers, body=body)
+        return await self.read_response()
 
     async def json(self, method: str, path: str, *, headers: dict[str, str] | None = None, payload: Any = None) -> Any:
         body = json.dumps(payload).encode() if payload is not None else b""
