@@ -14,12 +14,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from channels_ext.connections.link import ChannelLink
 
 # kind -> dotted path of the adapter class. Feeds the Channel model's choices;
 # `get_adapter_class(kind)` is the only way to pick one.
@@ -143,6 +146,20 @@ class ChannelAdapter:
     def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
         """Re-ping pending approvers (reminders). Default: redraw the card with a note."""
         self.update_card(dataclasses.replace(card, note=text), ref)
+
+    @property
+    def connection_mode(self) -> str:
+        """How clicks arrive: `http` (POSTs to /channels/<name>/callback), or the name of an
+        outbound connection (`socket`, `long_connection`) that `manage.py channel_connections` holds."""
+        return str(getattr(self.config, "mode", "http"))
+
+    def open_connection(self, decide: Decide) -> ChannelLink:
+        """The outbound connection that brings this channel's clicks when `connection_mode` is not http.
+
+        Like `handle_callback`, the link hands every click to `decide` and never
+        touches the database itself (channels_ext/connections/link.py).
+        """
+        raise NotImplementedError(f"{self.kind} channels receive their clicks over HTTP only")
 
 
 def get_adapter_class(kind: str) -> type[ChannelAdapter]:
