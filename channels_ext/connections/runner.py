@@ -176,12 +176,13 @@ class ConnectionRunner:
         reload_seconds: float = 10.0,
         heartbeat_seconds: float = 5.0,
         backoff: Backoff = Backoff(),
+        process: str | None = None,
     ):
         self.only = only
         self.reload_seconds = reload_seconds
         self.heartbeat_seconds = heartbeat_seconds
         self.backoff = backoff
-        self.process = process_id()
+        self.process = process or process_id()
         self.holders: dict[str, _Holder] = {}
         self._retired: list[_Holder] = []
         self._problems: dict[str, str] = {}  # channel -> the config problem already logged

@@ -21,6 +21,11 @@ What this module does around slack-sdk 3.47's built-in client, and why:
   built-in receive loop spin on empty reads, and the SDK notices only after
   five failed pings (`5 × ping_interval`). `serve` looks at the socket itself
   every 200 ms and drops a connection whose peer has gone.
+- **A refresh blocks reading for 3 s.** On Slack's `disconnect`, the SDK
+  connects a new session, then closes the old one under the lock the old
+  session's reader holds for up to 3 s (its `receive_timeout`), and only then
+  reads the new one: envelopes would wait past their 3-second ack deadline.
+  `_GatewaySocketModeClient.connect` ends the old session's reads first.
 - **The 3-second ack.** A handler that runs past `ACK_BUDGET_SECONDS` is
   acknowledged without a payload (the click still completes; the card is
   redrawn by the worker as always).
@@ -95,6 +100,19 @@ def delivery_key(request: SocketModeRequest) -> str:
     return f"slack:envelope:{request.envelope_id}"
 
 
+class _GatewaySocketModeClient(SocketModeClient):
+    """slack-sdk's built-in client, with a session swap that does not stall reading (module docstring)."""
+
+    def connect(self) -> None:
+        old = self.current_session
+        if old is not None and old.sock is not None:
+            try:
+                old.sock.shutdown(socket.SHUT_RD)  # its reader sees EOF now and lets go of its lock
+            except OSError:
+                pass
+        super().connect()
+
+
 class SlackSocketModeLink:
     """One Slack channel's Socket Mode connection (channels_ext/connections/link.py's contract)."""
 
@@ -121,7 +139,7 @@ class SlackSocketModeLink:
         """Open one Socket Mode session and answer its envelopes until it is lost or `stop` is set."""
         hello = threading.Event()
         handlers = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"slack-{self.name}")
-        client = SocketModeClient(
+        client = _GatewaySocketModeClient(
             app_token=self.adapter.config.app_token,
             web_client=WebClient(base_url=self.adapter.config.api_base_url, timeout=10),
             logger=sdk_logger,
@@ -148,6 +166,7 @@ class SlackSocketModeLink:
                 if not self._alive(client):
                     return
         finally:
+            _interrupt_reads(client.current_session)
             client.close()
             handlers.shutdown(wait=False)
 
@@ -245,6 +264,17 @@ class SlackSocketModeLink:
         except SlackClientError as err:
             # The connection went away: Slack redelivers the envelope, and the dedupe key absorbs it.
             logger.warning("slack channel %s: could not acknowledge envelope %s: %s", self.name, envelope_id, err)
+
+
+def _interrupt_reads(session: Connection | None) -> None:
+    """End a blocked read at once: the SDK closes a session only under the lock its reader
+    holds for up to 3 s (`receive_timeout`), which would make every close that slow."""
+    sock = session.sock if session is not None else None
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
 
 
 def _peer_closed(session: Connection) -> bool:
