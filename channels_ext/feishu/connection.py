@@ -132,7 +132,9 @@ class _GatewayWsClient(LarkWsClient):
             if not query.get(DEVICE_ID) or not query.get(SERVICE_ID):
                 raise ServerException(500, "the endpoint URL has no device_id or service_id")
             try:
-                conn = await websockets.connect(conn_url, open_timeout=10, **_ws_connect_kwargs(self._connection_headers))
+                conn = await websockets.connect(
+                    conn_url, open_timeout=10, close_timeout=2, **_ws_connect_kwargs(self._connection_headers)
+                )
             except InvalidHandshake as exc:
                 _parse_ws_conn_exception(exc)  # Feishu's handshake-status headers → Client/ServerException
                 raise
@@ -141,6 +143,13 @@ class _GatewayWsClient(LarkWsClient):
             self._conn_id = query[DEVICE_ID][0]
             self._service_id = query[SERVICE_ID][0]
             self.spawn(self._receive_message_loop())
+
+    async def _disconnect(self) -> None:
+        # The SDK's version releases its lock in `finally` even when acquiring it was cancelled.
+        async with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
 
     async def _receive_message_loop(self) -> None:
         # Unlike the SDK's, this one never reconnects by itself: it says the connection is gone.
