@@ -6,9 +6,11 @@ with slack-sdk's and lark-oapi's real clients talking to the local fakes.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import io
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +19,15 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from channels_ext.models import ChannelConnection
 from tests.channels_ext.connections_support import connection_state, running_connections
-from tests.conftest import apply_config
+from approvals.models import ConfirmationRequest, Outbox
+from tests.conftest import apply_config, make_agent_client
 from tests.fakes.feishu_api import FakeFeishu, unique_app_id
 from tests.fakes.feishu_ws import FakeLongConnection
-from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_api import FakeSlack, block_actions_payload
 from tests.fakes.slack_socket import FakeSocketMode
 from tests.support import wait_until
 
@@ -68,18 +72,22 @@ def socket_mode(fake_slack: FakeSlack):
     fake.stop()
 
 
-def run_command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`manage.py channel_connections …` in a fresh process, on this test's database."""
+def command_environment() -> dict[str, str]:
+    """This test's database (and the test settings' Redis and broker) for a fresh process."""
     db = connection.settings_dict
-    env = {
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
     }
+
+
+def run_command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`manage.py channel_connections …` in a fresh process, on this test's database."""
     return subprocess.run(
         [sys.executable, "manage.py", "channel_connections", *args],
         cwd=ROOT,
-        env=env,
+        env=command_environment(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -133,6 +141,55 @@ def test_refused_feishu_app_credentials_stop_the_process_with_a_clear_message(fa
     assert readyz()["connections"]["finance-feishu"]["state"] == "failed"
 
 
+def test_the_command_holds_the_connection_decides_a_click_and_stops_cleanly_on_sigterm(
+    fake_slack, socket_mode, live_gateway, celery_worker
+):
+    apply_config(
+        "channels:"
+        + slack_channel(fake_slack)
+        + """
+agents:
+  - name: purchasing-bot
+    hooks:
+      - {kind: approval_gate, tools: ["oa__purchase_pay"], channel: ops-slack, approvers: ["U0ALICE"]}
+"""
+    )
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "channel_connections", "--heartbeat-seconds", "0.5"],
+        cwd=ROOT,
+        env=command_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: connection_state("ops-slack") == "connected", what="the command to connect")
+        agent.pre_tool_use("oa__purchase_pay", {"amount": 12})
+        wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists(), what="the card")
+        (posted,) = fake_slack.calls("chat.postMessage")
+        value = next(e["value"] for b in posted.json["blocks"] if b["type"] == "actions" for e in b["elements"])
+        ts = next(iter(fake_slack.messages))[1]
+
+        ack = socket_mode.deliver(
+            block_actions_payload(value=value, user_id="U0ALICE", user_name="alice", channel_id="C0APPROVALS", message_ts=ts)
+        )
+
+        assert ack is not None and ack.seconds < 3
+        assert ConfirmationRequest.objects.get().status == "approved"
+        wait_until(lambda: fake_slack.calls("chat.update"), what="the worker to redraw the card")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _, stderr = process.communicate()
+    assert "channel ops-slack (socket): connected — Socket Mode session open" in stderr
+    assert "channel ops-slack (socket): stopped" in stderr
+    assert not ChannelConnection.objects.exists()  # a clean stop leaves no row behind
+    assert APP_TOKEN not in stderr
+
+
 # --------------------------------------------------------------------------- which channels
 
 
@@ -157,12 +214,7 @@ def test_make_run_starts_channel_connections_only_when_a_channel_needs_it(fake_s
     spec = importlib.util.spec_from_file_location("make_run", ROOT / "scripts" / "run.py")
     make_run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_run)
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-    }
+    env = command_environment()
     apply_config("channels:\n  - {name: web, kind: web}\n")
     assert make_run.channels_needing_connections(env) == []
 
@@ -221,3 +273,19 @@ def test_readyz_shows_each_connection_and_says_down_when_no_process_holds_it(fak
     assert (feishu["state"], feishu["mode"], feishu["processes"]) == ("connected", "long_connection", 1)
     assert after["connections"]["ops-slack"]["state"] == "down"  # a clean stop leaves no live row
     assert "channel_connections" in after["connections"]["ops-slack"]["detail"]
+
+
+def test_readyz_counts_a_process_whose_heartbeat_stopped_as_down(fake_slack):
+    apply_config("channels:" + slack_channel(fake_slack))
+    a_minute_ago = timezone.now() - dt.timedelta(minutes=1)
+    ChannelConnection.objects.create(
+        channel="ops-slack",
+        process="killed-host:4242",
+        mode="socket",
+        state="connected",
+        since=a_minute_ago,
+        heartbeat_at=a_minute_ago,
+        heartbeat_seconds=5,
+    )
+
+    assert readyz()["connections"]["ops-slack"]["state"] == "down"
