@@ -182,21 +182,25 @@ class SlackSocketModeLink:
         )
 
     def _alive(self, client: SocketModeClient) -> bool:
-        session = client.current_session
-        if session is not None and session.is_active():
+        # The SDK replaces a session (Slack's `disconnect` refresh) while holding this lock:
+        # judge and close sessions only outside a swap, never the one being swapped in.
+        if not client.connect_operation_lock.acquire(timeout=5):
+            return True  # a reconnection is under way (e.g. a slow apps.connections.open)
+        try:
+            session = client.current_session
+            if session is None or not session.is_active():
+                return False
             if not _peer_closed(session):
                 return True
             logger.warning("slack channel %s: Slack closed the connection without a close frame", self.name)
-            session.disconnect()
-        # Slack's `disconnect` (a refresh) makes the SDK replace the session under this lock:
-        # wait for that before calling the connection lost.
-        acquired = client.connect_operation_lock.acquire(timeout=5)
-        try:
-            session = client.current_session
-            return session is not None and session.is_active()
+            _interrupt_reads(session)
+            try:
+                session.disconnect()
+            except (AttributeError, OSError):
+                pass  # the SDK's own threads closed it at the same moment
+            return False
         finally:
-            if acquired:
-                client.connect_operation_lock.release()
+            client.connect_operation_lock.release()
 
     def _on_message(self, raw: str, hello: threading.Event, report: Report) -> None:
         """Every text frame, in the SDK's receive thread: watch for `hello` and `disconnect`.

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 from django.db import connection, transaction
+from django.test import Client
 
 from approvals.models import ApproverResponse, CallbackReceipt, ConfirmationEvent, ConfirmationRequest, Outbox
 from channels_ext.models import ChannelConnection
@@ -174,30 +174,23 @@ def test_a_redelivered_event_changes_nothing(feishu):
     assert len(feishu.patches(message)) == 1
 
 
-def test_a_non_approvers_click_changes_nothing_and_the_toast_says_why(feishu):
+def test_clicks_that_cannot_decide_change_nothing_and_the_toast_says_why(feishu):
     confirmation_id = feishu.agent.pre_tool_use(TOOL, {"amount": 1}).json()["confirmation_id"]
+    forged = click_payload({"decision": "approve", "confirmation_id": "not-signed"}, open_id=APPROVER, token="")
 
-    answer = feishu.ws.deliver(feishu.click("approve", open_id=OUTSIDER))
+    outsider = feishu.ws.deliver(feishu.click("approve", open_id=OUTSIDER))
+    unsigned = feishu.ws.deliver(forged)
 
-    assert answer is not None and answer.data["toast"] == {
+    assert outsider is not None and outsider.data["toast"] == {
         "type": "warning",
         "content": "You are not one of the approvers of this request.",
     }
-    assert ConfirmationRequest.objects.get().status == "pending"
-    assert event_kinds(confirmation_id) == ["created", "card_posted", "refused_click"]
-
-
-def test_a_click_on_a_button_the_gateway_did_not_sign_gets_an_error_toast(feishu):
-    feishu.agent.pre_tool_use(TOOL, {"amount": 1})
-    forged = click_payload({"decision": "approve", "confirmation_id": "not-signed"}, open_id=APPROVER, token="")
-
-    answer = feishu.ws.deliver(forged)
-
-    assert answer is not None and answer.code == 200
-    assert answer.data == {
+    assert unsigned is not None and unsigned.code == 200
+    assert unsigned.data == {
         "toast": {"type": "error", "content": "This click cannot be handled: the button value is not one this gateway signed"}
     }
     assert ConfirmationRequest.objects.get().status == "pending"
+    assert event_kinds(confirmation_id) == ["created", "card_posted", "refused_click"]
 
 
 # --------------------------------------------------------------------------- the connection
@@ -260,8 +253,10 @@ def test_a_slow_decision_is_answered_within_3_s_and_completes_afterwards(feishu)
     feishu.patched_title(feishu.posted_message(), "Approved")
 
 
-def test_the_http_callback_url_of_a_long_connection_channel_refuses_every_request(feishu, live_gateway):
-    response = httpx.post(f"{live_gateway.url}/channels/{CHANNEL}/callback", json={"challenge": "x"}, timeout=WAIT)
+def test_the_http_callback_url_of_a_long_connection_channel_refuses_every_request(fake_feishu):
+    configure(fake_feishu, unique_app_id())
+
+    response = Client().post(f"/channels/{CHANNEL}/callback", data={"challenge": "x"}, content_type="application/json")
 
     assert response.status_code == 403
     assert "long connection" in response.json()["error"]["message"]

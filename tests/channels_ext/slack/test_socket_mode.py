@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 from django.db import connection, transaction
+from django.test import Client
 
 from approvals.models import ApproverResponse, CallbackReceipt, ConfirmationEvent, ConfirmationRequest, Outbox
 from tests.channels_ext.connections_support import connection_state, running_connections
@@ -290,8 +290,10 @@ def test_two_connection_processes_decide_a_click_delivered_to_both_exactly_once(
     assert len(slack.card_updates()) == 1
 
 
-def test_the_http_callback_url_of_a_socket_mode_channel_refuses_every_request(slack, live_gateway):
-    response = httpx.post(f"{live_gateway.url}/channels/ops-slack/callback", content=b"payload=%7B%7D", timeout=WAIT)
+def test_the_http_callback_url_of_a_socket_mode_channel_refuses_every_request(fake_slack):
+    configure(fake_slack)
+
+    response = Client().post("/channels/ops-slack/callback", data=b"payload=%7B%7D", content_type="application/x-www-form-urlencoded")
 
     assert response.status_code == 403
     assert "Socket Mode" in response.json()["error"]["message"]
