@@ -24,9 +24,10 @@ from typing import Any, ClassVar, Literal
 from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import PydanticUndefined
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
+from channels_ext.connections.link import ChannelLink
 from gateway.configfile import SLUG
 from gateway.outbound import DeliveryFailed
 
@@ -56,12 +57,39 @@ def secret(default: Any = PydanticUndefined, **kwargs: Any) -> Any:
     return Field(default, json_schema_extra={"secret": True}, **kwargs)
 
 
+def _no_null_defaults(schema: dict[str, Any]) -> None:
+    """JSON Schema: keys whose default is None (mode-dependent, see `needed_in_mode`) show no `default: null`."""
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+
+
 class ChannelConfigBase(BaseModel):
     """Keys every channel has; each kind adds its own. Unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_no_null_defaults)
     name: str = Field(pattern=SLUG, max_length=64)
     kind: str
+
+
+def needed_in_mode(value: Any, info: ValidationInfo, mode: str) -> Any:
+    """Before-validator of a key that channels in `mode` must have and others may leave out.
+
+    The key's default is None (not given): "is required" in `mode`, "" elsewhere. `mode`
+    is declared before these keys, so `info.data` already holds it (absent if invalid).
+    """
+    if value is None:
+        if info.data.get("mode") == mode:
+            raise PydanticCustomError("missing", "Field required")
+        return ""
+    return value
+
+
+def not_blank_in_mode(value: str, info: ValidationInfo, mode: str) -> str:
+    """After-validator: in `mode` the key must not be blank."""
+    if info.data.get("mode") == mode and not value.strip():
+        raise PydanticCustomError("string_too_short", "String should have at least 1 character", {"min_length": 1})
+    return value
 
 
 def secret_keys(model: type[BaseModel]) -> frozenset[str]:
@@ -178,6 +206,20 @@ class ChannelAdapter:
     def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
         """Re-ping pending approvers (reminders). Default: redraw the card with a note."""
         self.update_card(dataclasses.replace(card, note=text), ref)
+
+    @property
+    def connection_mode(self) -> str:
+        """How clicks arrive: `http` (POSTs to /channels/<name>/callback), or the name of an
+        outbound connection (`socket`, `long_connection`) that `manage.py channel_connections` holds."""
+        return str(getattr(self.config, "mode", "http"))
+
+    def open_connection(self, decide: Decide) -> ChannelLink:
+        """The outbound connection that brings this channel's clicks when `connection_mode` is not http.
+
+        Like `handle_callback`, the link hands every click to `decide` and never
+        touches the database itself (channels_ext/connections/link.py).
+        """
+        raise NotImplementedError(f"{self.kind} channels receive their clicks over HTTP only")
 
 
 def _kind(kind: str) -> ChannelKind:

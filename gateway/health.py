@@ -1,4 +1,11 @@
-"""`/healthz` (the process is alive) and `/readyz` (its dependencies answer)."""
+"""`/healthz` (the process is alive) and `/readyz` (its dependencies answer).
+
+`/readyz` also shows the state of each channel's outbound connection (Slack
+Socket Mode, the Feishu long connection), as `channel_connections` processes
+report it. Those states do not change its status code: the connections live
+in another process, and a Slack outage must not take this server out of a load
+balancer. Alert on `connections.<name>.state != "connected"` instead.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import JsonResponse
 
+from channels_ext.connections.status import connection_states
 from gateway.celery import app as celery_app
 
 
@@ -35,4 +43,12 @@ def readyz(request):
     except Exception as exc:
         checks["channel_layer"] = f"error: {exc}"
     ready = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
+    body: dict = {"status": "ok" if ready else "unavailable", "checks": checks}
+    if checks["database"] == "ok":
+        try:
+            connections = connection_states()
+        except Exception as exc:  # e.g. not migrated yet
+            connections = {"error": f"{type(exc).__name__}: {exc}"}
+        if connections:
+            body["connections"] = connections
+    return JsonResponse(body, status=200 if ready else 503)

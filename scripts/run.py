@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """`make run`: migrate, prepare the demo, then run the ASGI server, a Celery
-worker and Celery beat together until Ctrl-C stops them all."""
+worker and Celery beat together until Ctrl-C stops them all. When a configured
+channel takes its clicks over an outbound connection (Slack `mode: socket`,
+Feishu `mode: long_connection`), `manage.py channel_connections` runs too."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def main() -> int:
     welcome = subprocess.run(
         [PY, "manage.py", "demo_setup"], check=True, env=env, capture_output=True, text=True
     ).stdout
+    connections = channels_needing_connections(env)
     procs = {
         "server": subprocess.Popen(
             [PY, "-m", "uvicorn", "gateway.asgi:application", "--host", HOST, "--port", PORT, "--log-level", "warning"],
@@ -42,10 +45,16 @@ def main() -> int:
             env=env,
         ),
     }
+    if connections:
+        procs["connections"] = subprocess.Popen([PY, "manage.py", "channel_connections"], env=env)
     try:
         _wait_until_serving(procs)
         print(welcome, flush=True)
-        print(f"Running: server on http://{HOST}:{PORT}, Celery worker and beat. Ctrl-C stops everything.\n", flush=True)
+        held = f", connections for {', '.join(connections)}" if connections else ""
+        print(
+            f"Running: server on http://{HOST}:{PORT}, Celery worker and beat{held}. Ctrl-C stops everything.\n",
+            flush=True,
+        )
         while True:
             for name, proc in procs.items():
                 if proc.poll() is not None:
@@ -65,6 +74,14 @@ def main() -> int:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def channels_needing_connections(env: dict[str, str]) -> list[str]:
+    """Channels of the applied config whose clicks come over an outbound connection (docs/slack.md §7)."""
+    listed = subprocess.run(
+        [PY, "manage.py", "channel_connections", "--list"], check=True, env=env, capture_output=True, text=True, cwd=ROOT
+    ).stdout
+    return [line.split("\t", 1)[0] for line in listed.splitlines() if line.strip()]
 
 
 def _wait_until_serving(procs: dict[str, subprocess.Popen], timeout: float = 30) -> None:

@@ -1,19 +1,28 @@
 """Feishu / Lark channel (docs/feishu.md; keys and callbacks in docs/reference/).
 
 Cards go out through lark-oapi's client (`im.v1.message.create` / `patch`).
-Card callbacks (`card.action.trigger`, card JSON 2.0) are authenticated here
-— replay window, signature, decryption, verification token — and then handed
-to lark-oapi's event dispatcher, which types the event and serialises our
-answer. Works for Feishu (open.feishu.cn) and Lark (open.larksuite.com) alike.
+Card callbacks (`card.action.trigger`, card JSON 2.0) arrive one of two ways
+(the channel's `mode`):
+- `http`: POSTed to `/channels/<name>/callback`, authenticated here — replay
+  window, signature, decryption, verification token — and then handed to
+  lark-oapi's event dispatcher, which types the event and serialises our answer;
+- `long_connection`: over lark-oapi's WebSocket client
+  (channels_ext/feishu/connection.py), which the connection itself
+  authenticates; `answer_connection_event` takes the frame's payload.
+Both end in `answer_card_action`: the same parsing, the same `decide`, the
+same answer (a toast and the redrawn card). Works for Feishu (open.feishu.cn)
+and Lark (open.larksuite.com) alike.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import hmac
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -30,10 +39,17 @@ from lark_oapi.api.im.v1 import (
     PatchMessageRequestBody,
     PatchMessageResponse,
 )
-from lark_oapi.core.exception import NoAuthorizationException, ObtainAccessTokenException, UnmarshalException
+from lark_oapi.core.exception import (
+    NoAuthorizationException,
+    ObtainAccessTokenException,
+    UnmarshalException,
+)
 from lark_oapi.core.token.manager import TokenManager
 from lark_oapi.core.utils import AESCipher
-from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger, P2CardActionTriggerResponse
+from lark_oapi.event.callback.model.p2_card_action_trigger import (
+    P2CardActionTrigger,
+    P2CardActionTriggerResponse,
+)
 
 from channels_ext.base import (
     Callback,
@@ -46,8 +62,10 @@ from channels_ext.base import (
     MessageRef,
     unsign_confirmation_id,
 )
-from channels_ext.feishu.config import FeishuChannelConfig
+from channels_ext.connections.link import ChannelLink
 from channels_ext.feishu.cards import REASON_INPUT_NAME, render_card
+from channels_ext.feishu.config import FeishuChannelConfig
+from channels_ext.feishu.connection import FeishuLongConnectionLink
 
 # Feishu keeps a `uuid` for an hour to de-duplicate sends, and allows at most 50 characters.
 # https://open.feishu.cn/document/server-docs/im-v1/message/create
@@ -101,6 +119,7 @@ LEGACY_CALLBACK_MESSAGE = (
 )
 
 Response = TypeVar("Response", bound=lark.BaseResponse)
+logger = logging.getLogger(__name__)
 
 
 class FeishuAdapter(ChannelAdapter):
@@ -200,6 +219,11 @@ class FeishuAdapter(ChannelAdapter):
         CallbackError(400) for malformed or legacy (card JSON 1.0) payloads;
         `decide` is only called after all of that passed.
         """
+        if self.config.mode != "http":
+            raise CallbackError(
+                403, f"this channel takes its callbacks over the Feishu long connection (mode: {self.config.mode}), "
+                "not at this URL",
+            )
         outer = _json_object(request.body, "the callback body")
         if _is_legacy_card_action(outer):
             raise CallbackError(400, LEGACY_CALLBACK_MESSAGE)
@@ -278,12 +302,12 @@ class FeishuAdapter(ChannelAdapter):
 
     def _answer_card_action(self, request: HttpRequest, payload: dict[str, Any], decide: Decide) -> HttpResponse:
         payload = _with_decoded_values(payload)
-        callback = parse_card_action(payload)
+        parse_card_action(payload)  # a click that is not on one of our buttons is a 400 before anything else
         failures: list[Exception] = []
 
         def on_card_action(_event: P2CardActionTrigger) -> P2CardActionTriggerResponse:
             try:
-                return P2CardActionTriggerResponse(click_answer(decide(callback)))
+                return P2CardActionTriggerResponse(self.answer_card_action(payload, decide))
             except Exception as exc:
                 failures.append(exc)  # re-raised below: the dispatcher would turn it into a 500 body
                 raise
@@ -306,6 +330,40 @@ class FeishuAdapter(ChannelAdapter):
         if answer.status_code != 200 or answer.content is None:
             raise CallbackError(400, "the card.action.trigger payload does not have the shape Feishu documents")
         return HttpResponse(answer.content, content_type="application/json; charset=utf-8")
+
+    def answer_card_action(self, payload: dict[str, Any], decide: Decide, *, dedupe_key: str = "") -> dict[str, Any]:
+        """An authenticated `card.action.trigger` click, decided: the toast and the redrawn card to answer with.
+
+        The event's `header.event_id` de-duplicates redeliveries; `dedupe_key` is
+        the transport's own delivery id, used when the payload has no event_id.
+        Raises CallbackError(400) for a click that is not on one of our buttons.
+        """
+        callback = parse_card_action(_with_decoded_values(payload))
+        if not callback.dedupe_key and dedupe_key:
+            callback = dataclasses.replace(callback, dedupe_key=dedupe_key)
+        return click_answer(decide(callback))
+
+    def answer_connection_event(self, body: bytes, decide: Decide, *, delivery_id: str = "") -> dict[str, Any] | None:
+        """A payload from the long connection (an EVENT or a CARD frame): what to answer in its response frame.
+
+        A card click gets a toast and the redrawn card; a click we cannot act on
+        gets an error toast (Feishu shows error 200340 for an empty answer); any
+        other event gets None (acknowledged, nothing to say).
+        """
+        try:
+            payload = _json_object(body, "the frame's payload")
+            if _is_legacy_card_action(payload):
+                raise CallbackError(400, LEGACY_CALLBACK_MESSAGE)
+            if _event_type(payload) != CARD_ACTION_EVENT:
+                return None
+            return self.answer_card_action(payload, decide, dedupe_key=delivery_id)
+        except CallbackError as exc:
+            logger.warning("feishu channel %s: click refused: %s", self.name, exc.message)
+            return {"toast": {"type": "error", "content": f"This click cannot be handled: {exc.message}"[:200]}}
+
+    def open_connection(self, decide: Decide) -> ChannelLink:
+        """The long connection that brings this channel's card callbacks (mode: long_connection)."""
+        return FeishuLongConnectionLink(self, decide)
 
 
 # --------------------------------------------------------------------- helpers

@@ -1,8 +1,12 @@
 """The Slack channel: approval cards over the Web API, clicks over interactivity.
 
-Outbound calls go through slack-sdk's `WebClient`; inbound callbacks are
-verified with slack-sdk's `SignatureVerifier` before anything is parsed.
-Protocol notes: docs/slack.md.
+Outbound calls go through slack-sdk's `WebClient`. Clicks arrive one of two
+ways (the channel's `mode`, docs/slack.md): as HTTP requests to
+`/channels/<name>/callback`, verified with slack-sdk's `SignatureVerifier`
+before anything is parsed, or over Socket Mode (channels_ext/slack/connection.py),
+where the connection itself is the authentication. Both hand the interaction
+payload to `handle_interaction`: the same parsing, the same `decide`, the same
+answer (an HTTP body, or a Socket Mode ack's payload).
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ from channels_ext.base import (
     sign_confirmation_id,
     unsign_confirmation_id,
 )
-from channels_ext.slack.config import SlackChannelConfig
+from channels_ext.connections.link import ChannelLink
 from channels_ext.slack import cards
+from channels_ext.slack.config import SlackChannelConfig
+from channels_ext.slack.connection import SlackSocketModeLink
 from channels_ext.slack.tasks import send_response_url
 
 logger = logging.getLogger(__name__)
@@ -276,15 +282,35 @@ class SlackAdapter(ChannelAdapter):
         Handles Approve clicks, Reject clicks (which open a reason modal) and the
         modal's submission; anything else is acknowledged and ignored.
         """
+        if self.config.mode != "http":
+            raise CallbackError(
+                403, f"this channel takes its clicks over Slack Socket Mode (mode: {self.config.mode}), not at this URL"
+            )
         body = self._verified_body(request)
-        payload = self._payload(body)
-        kind = payload["type"]
+        answer = self.handle_interaction(self._payload(body), decide)
+        return JsonResponse(answer) if answer is not None else HttpResponse(status=200)
+
+    def handle_interaction(self, payload: dict[str, Any], decide: Decide, *, dedupe_key: str = "") -> dict[str, Any] | None:
+        """Act on an authenticated interaction payload; return what Slack gets back (None: an empty 200 / ack).
+
+        Called with the payload of a verified HTTP request, or of a Socket Mode
+        envelope (whose ack carries the returned dict as its payload). `dedupe_key`
+        names this delivery for `CallbackReceipt` when the transport can redeliver.
+        Raises CallbackError(400) for a payload that is not a proper click.
+        """
+        kind = payload.get("type")
         if kind == "block_actions":
-            return self._on_block_actions(_parse(_BlockActions, payload, "block_actions payload"), decide)
+            return self._on_block_actions(_parse(_BlockActions, payload, "block_actions payload"), decide, dedupe_key)
         if kind == "view_submission" and _view_callback_id(payload) == cards.REJECT_MODAL_CALLBACK_ID:
-            return self._on_reject_submission(_parse(_ViewSubmission, payload, "view_submission payload"), decide)
+            return self._on_reject_submission(
+                _parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
+            )
         # Recognised but not ours to act on (view_closed, other views…): a 200 stops Slack showing an error.
-        return HttpResponse(status=200)
+        return None
+
+    def open_connection(self, decide: Decide) -> ChannelLink:
+        """The Socket Mode connection that brings this channel's clicks (mode: socket)."""
+        return SlackSocketModeLink(self, decide)
 
     def _verified_body(self, request: HttpRequest) -> bytes:
         body = request.body
@@ -318,10 +344,10 @@ class SlackAdapter(ChannelAdapter):
             raise CallbackError(400, "the `payload` field is not a Slack interaction payload")
         return payload
 
-    def _on_block_actions(self, payload: _BlockActions, decide: Decide) -> HttpResponse:
+    def _on_block_actions(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> dict[str, Any] | None:
         action = payload.actions[0]
         if action.action_id not in (cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID):
-            return HttpResponse(status=200)
+            return None
         if not action.value:
             raise CallbackError(400, f"the {action.action_id} button carries no value")
         confirmation_id = unsign_confirmation_id(action.value)
@@ -334,11 +360,13 @@ class SlackAdapter(ChannelAdapter):
                     decision="approve",
                     actor=user.id,
                     actor_name=user.display_name,
+                    dedupe_key=dedupe_key,
                 )
             )
-            if not outcome.applied:
+            # A redelivery of a click already handled (same dedupe_key) gets no second note.
+            if not outcome.applied and not (dedupe_key and outcome.code == "duplicate"):
                 self._tell_clicker(payload.response_url, cards.escape(outcome.message))
-            return HttpResponse(status=200)
+            return None
 
         # Reject: check first that a rejection would count, so nobody types a reason for nothing.
         outcome = decide(
@@ -352,7 +380,7 @@ class SlackAdapter(ChannelAdapter):
         )
         if not outcome.applied:
             self._tell_clicker(payload.response_url, cards.escape(outcome.message))
-            return HttpResponse(status=200)
+            return None
         if not payload.trigger_id:
             raise CallbackError(400, "the reject click carries no trigger_id")
         metadata = _RejectMetadata(
@@ -369,9 +397,9 @@ class SlackAdapter(ChannelAdapter):
             logger.warning("slack views.open failed: %s", failure)
             where = f" or reject on the web page: <{outcome.card.url}|open it>" if outcome.card else ""
             self._tell_clicker(payload.response_url, f"Could not open the rejection form; please try again{where}.")
-        return HttpResponse(status=200)
+        return None
 
-    def _on_reject_submission(self, payload: _ViewSubmission, decide: Decide) -> HttpResponse:
+    def _on_reject_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:
             metadata_json = json.loads(payload.view.private_metadata)
         except ValueError:
@@ -391,10 +419,11 @@ class SlackAdapter(ChannelAdapter):
                 actor=payload.user.id,
                 actor_name=payload.user.display_name,
                 reason=reason.strip(),
+                dedupe_key=dedupe_key,
             )
         )
         if outcome.applied:
-            return JsonResponse({"response_action": "clear"})
+            return {"response_action": "clear"}
         return _view_errors(outcome.message)
 
     @staticmethod
@@ -415,6 +444,6 @@ def _view_callback_id(payload: dict[str, Any]) -> str | None:
     return view.get("callback_id") if isinstance(view, dict) else None
 
 
-def _view_errors(message: str) -> JsonResponse:
+def _view_errors(message: str) -> dict[str, Any]:
     # https://docs.slack.dev/surfaces/modals#displaying_errors
-    return JsonResponse({"response_action": "errors", "errors": {cards.REASON_BLOCK_ID: message[:500]}})
+    return {"response_action": "errors", "errors": {cards.REASON_BLOCK_ID: message[:500]}}

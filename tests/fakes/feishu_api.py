@@ -36,6 +36,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "feishu"
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 MESSAGES_PATH = "/open-apis/im/v1/messages"
 CARD_UPDATE_PATH = "/open-apis/interactive/v1/card/update"
+WS_ENDPOINT_PATH = "/callback/ws/endpoint"  # the long connection's endpoint request (lark_oapi.ws)
 
 # Canned failures for fail_next(), as Feishu sends them.
 RATE_LIMITED = {"code": 99991400, "msg": "request trigger frequency limit"}
@@ -100,6 +101,7 @@ class FakeFeishu:
         self._failures: list[_Failure] = []
         self._tokens: dict[str, str] = {}  # token -> app_id
         self.messages: dict[str, FakeMessage] = {}
+        self.long_connection: Any = None  # a FakeLongConnection answering /callback/ws/endpoint (feishu_ws.py)
         handler = type("FakeFeishuHandler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -244,6 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
         if request.method == "POST" and request.path == TOKEN_PATH:
             return self._tenant_token(request)
+        if request.method == "POST" and request.path == WS_ENDPOINT_PATH and self.fake.long_connection is not None:
+            return self.fake.long_connection.endpoint(request.json())
         if not request.path.startswith("/open-apis/"):
             return 404, {"code": 404, "msg": "404 page not found"}
         if not self.fake._knows_token(request.headers.get("authorization")):

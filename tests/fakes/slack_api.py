@@ -65,7 +65,8 @@ class _Failure:
 class FakeSlack:
     """A threaded HTTP server speaking enough of Slack's Web API for an approval card.
 
-    Paths: `/api/<method>` (chat.postMessage, chat.update, views.open, auth.test)
+    Paths: `/api/<method>` (chat.postMessage, chat.update, views.open, auth.test,
+    and apps.connections.open when a `socket_mode` is attached: tests/fakes/slack_socket.py)
     and `/response_url/<anything>` for response_url posts.
     """
 
@@ -78,6 +79,7 @@ class FakeSlack:
         self._ts_base = int(time.time())
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.socket_mode: Any = None  # a FakeSocketMode answering apps.connections.open
 
     # --- lifecycle --------------------------------------------------------
 
@@ -177,6 +179,8 @@ class FakeSlack:
             # Slack answers response_url posts with a bare "ok".
             return 200, "ok", {}
         authorization = request.headers.get("Authorization", "")
+        if method == "apps.connections.open" and self.socket_mode is not None:
+            return self.socket_mode.open_connection(authorization)
         if not authorization.startswith("Bearer "):
             return 200, {"ok": False, "error": "not_authed"}, {}
         args = request.data or {}

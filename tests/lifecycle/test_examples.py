@@ -56,10 +56,12 @@ def first_key(block: str) -> str:
 
 
 class AnyVariable(dict):
-    """An environment in which every `${NAME}` a page uses is set."""
+    """An environment in which every `${NAME}` a page uses is set, to a value of the right shape."""
+
+    SHAPED = {"SLACK_APP_TOKEN": "xapp-1-A0BENCH-1-0123456789abcdef"}  # an app-level token starts with xapp-
 
     def get(self, name, default=None):
-        return f"value-of-{name}"
+        return self.SHAPED.get(name, f"value-of-{name}")
 
 
 WHOLE_FILES = [(where, block) for where, block in yaml_blocks() if first_key(block) in ("channels", "agents")]
