@@ -264,9 +264,11 @@ class _PreToolUse:
     def flow(self) -> _Flow:
         answer: dict[str, Any] | None = None
         try:
-            answer = yield self._ask(self._hold() or 0)
+            # With on_pending the first ask is not held, so the caller learns at once that a
+            # human is being asked (and which request to withdraw if it is cancelled).
+            answer = yield self._ask(0 if self.on_pending is not None else self._hold() or 0)
             if answer["decision"] == "pending" and self.on_pending is not None:
-                self.on_pending(answer)  # e.g. to withdraw the request if the caller is cancelled
+                self.on_pending(answer)
             while answer["decision"] == "pending":
                 hold = self._hold()
                 if hold is None:
@@ -457,8 +459,9 @@ class _BaseClient(Generic[_D, _R]):
         Waits for a human as long as needed, up to `max_wait` seconds (default: the
         client's). Raises `GatewayAPIError` for a 4xx answer (bad input, bad key);
         an unreachable gateway is a deny (or an allow with `fail_open`), not an error.
-        `on_pending(answer)` is called once, with the gateway's first answer, when a
-        human has to decide (it carries the `confirmation_id`) — before the wait.
+        `on_pending(answer)` is called once, as soon as the gateway says a human has to
+        decide (the answer carries the `confirmation_id`), before the wait; with it the
+        first ask is not held (one more request for a call that waits, none for the rest).
         """
         body = _drop_none(
             session_id=session_id,

@@ -91,6 +91,17 @@ class GateResult:
         return self.attempts > 0
 
 
+class ToolRunAborted(GatewayClientError):
+    """The tool failed and the gateway answered tool-error with `abort`: stop the run.
+
+    Raised by the framework adapters; carries the `GateResult`.
+    """
+
+    def __init__(self, message: str, result: GateResult):
+        super().__init__(message)
+        self.result = result
+
+
 def result_text(result: Any) -> str:
     """A result as the model reads it: a string as is, anything else as JSON (as the gateway cuts it)."""
     if isinstance(result, str):
