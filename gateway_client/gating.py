@@ -270,7 +270,11 @@ class ToolGate:
                     )
                 except GatewayClientError as exc:
                     return GateResult(
-                        "withheld", decision, value=value, message=withheld_message(call.tool_name, exc), attempts=attempt
+                        "withheld",
+                        decision,
+                        value=value,
+                        message=withheld_message(call.tool_name, exc),
+                        attempts=attempt,
                     )
                 result = answer.get("result") if isinstance(answer, dict) else reported
                 if result == reported:
@@ -301,7 +305,9 @@ class ToolGate:
             if action == "abort":
                 reason = answer.get("reason") or "the gateway stopped it"
                 message = f"{call.tool_name} failed and the gateway stopped the run: {reason}"
-                return GateResult("aborted", decision, value=value, message=message, exception=exception, attempts=attempt)
+                return GateResult(
+                    "aborted", decision, value=value, message=message, exception=exception, attempts=attempt
+                )
             return GateResult("failed", decision, value=value, exception=exception, attempts=attempt)
 
     def _call(

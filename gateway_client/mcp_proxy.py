@@ -74,9 +74,7 @@ try:
         JSONRPCResponse,
     )
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "gateway_client.mcp_proxy needs the MCP Python SDK: pip install 'mcp>=2.3,<3'"
-    ) from exc
+    raise ImportError("gateway_client.mcp_proxy needs the MCP Python SDK: pip install 'mcp>=2.3,<3'") from exc
 
 logger = logging.getLogger("gateway_client.mcp_proxy")
 
@@ -298,7 +296,9 @@ class McpGatewayProxy:
         try:
             with call.scope:
                 if not isinstance(tool, str) or not isinstance(arguments, dict):
-                    await self._answer(call, text_result("tools/call needs a tool name and an arguments object", is_error=True))
+                    await self._answer(
+                        call, text_result("tools/call needs a tool name and an arguments object", is_error=True)
+                    )
                     return
                 async with anyio.create_task_group() as ticker:
                     if call.progress_token is not None:
@@ -464,7 +464,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--reconnect-for",
         type=float,
         default=DEFAULT_RECONNECT_FOR,
-        help=f"seconds an unreachable gateway is retried before a call fails closed (default {DEFAULT_RECONNECT_FOR:g})",
+        help=f"seconds to retry an unreachable gateway before a call fails closed (default {DEFAULT_RECONNECT_FOR:g})",
     )
     parser.add_argument("--upstream-url", help="an upstream MCP server over streamable HTTP, instead of a command")
     parser.add_argument(

@@ -44,9 +44,7 @@ try:
     from agents.tool_context import ToolContext
     from agents.tracing import get_current_trace
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "gateway_client.openai_agents needs the OpenAI Agents SDK: pip install openai-agents"
-    ) from exc
+    raise ImportError("gateway_client.openai_agents needs the OpenAI Agents SDK: pip install openai-agents") from exc
 
 __all__ = ["ToolRunAborted", "gate_agent", "gate_tool", "tool_gate"]
 

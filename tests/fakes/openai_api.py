@@ -105,7 +105,7 @@ class FakeOpenAI:
         for r, round_ in enumerate(rounds):
             ids = [call_id(r, i) for i in range(len(round_))]
             if not all(cid in outputs for cid in ids):
-                return [(cid, name, json.dumps(args)) for cid, (name, args) in zip(ids, round_)], None
+                return [(cid, name, json.dumps(args)) for cid, (name, args) in zip(ids, round_, strict=True)], None
         seen = [
             f"{name}: {outputs[call_id(r, i)]}" for r, round_ in enumerate(rounds) for i, (name, _) in enumerate(round_)
         ]
@@ -131,13 +131,25 @@ class FakeOpenAI:
                 "created": int(time.time()),
                 "model": model,
                 "choices": [
-                    {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if tool_calls else "stop"}
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": "tool_calls" if tool_calls else "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
             }
         if tool_calls:
             output = [
-                {"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name, "arguments": arguments, "status": "completed"}
+                {
+                    "type": "function_call",
+                    "id": f"fc_{cid}",
+                    "call_id": cid,
+                    "name": name,
+                    "arguments": arguments,
+                    "status": "completed",
+                }
                 for cid, name, arguments in tool_calls
             ]
         else:
@@ -207,7 +219,12 @@ def _read_responses(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
 def _chat_chunks(answer: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A chat completion as stream chunks."""
     message = answer["choices"][0]["message"]
-    base = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"], "model": answer["model"]}
+    base = {
+        "id": answer["id"],
+        "object": "chat.completion.chunk",
+        "created": answer["created"],
+        "model": answer["model"],
+    }
     delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     if message.get("tool_calls"):
         delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
@@ -219,10 +236,24 @@ def _chat_chunks(answer: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _response_events(answer: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A response as Responses API stream events."""
     sequence = itertools.count()
-    yield {"type": "response.created", "sequence_number": next(sequence), "response": {**answer, "status": "in_progress", "output": []}}
+    yield {
+        "type": "response.created",
+        "sequence_number": next(sequence),
+        "response": {**answer, "status": "in_progress", "output": []},
+    }
     for index, item in enumerate(answer["output"]):
-        yield {"type": "response.output_item.added", "sequence_number": next(sequence), "output_index": index, "item": item}
-        yield {"type": "response.output_item.done", "sequence_number": next(sequence), "output_index": index, "item": item}
+        yield {
+            "type": "response.output_item.added",
+            "sequence_number": next(sequence),
+            "output_index": index,
+            "item": item,
+        }
+        yield {
+            "type": "response.output_item.done",
+            "sequence_number": next(sequence),
+            "output_index": index,
+            "item": item,
+        }
     yield {"type": "response.completed", "sequence_number": next(sequence), "response": answer}
 
 

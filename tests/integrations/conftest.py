@@ -110,7 +110,9 @@ class SlackApprover:
     def _post(self, payload: dict[str, Any]) -> httpx.Response:
         body = form_body(payload)
         headers = {"Content-Type": "application/x-www-form-urlencoded", **signed_slack_request(SIGNING_SECRET, body)}
-        response = httpx.post(f"{self.gateway_url}/channels/{CHANNEL}/callback", content=body, headers=headers, timeout=WAIT)
+        response = httpx.post(
+            f"{self.gateway_url}/channels/{CHANNEL}/callback", content=body, headers=headers, timeout=WAIT
+        )
         assert response.status_code == 200, response.text
         return response
 
@@ -139,7 +141,10 @@ class SlackApprover:
             lambda: [c for c in self.slack.calls("views.open") if c.json["trigger_id"] == trigger], WAIT, "the form"
         )
         submission = view_submission_payload(
-            private_metadata=opened[-1].json["view"]["private_metadata"], reason=reason, user_id=user.id, user_name=user.name
+            private_metadata=opened[-1].json["view"]["private_metadata"],
+            reason=reason,
+            user_id=user.id,
+            user_name=user.name,
         )
         self._post(submission)
 

@@ -21,11 +21,19 @@ RETRY = {"kind": "retry_on_error", "tools": ["lookup"], "max_attempts": 3, "back
 
 
 def tool_error_hook(name: str, script: str) -> dict:
-    return {"kind": "command", "name": name, "event": "tool_error", "tools": ["lookup"], "command": [sys.executable, "-c", script]}
+    return {
+        "kind": "command",
+        "name": name,
+        "event": "tool_error",
+        "tools": ["lookup"],
+        "command": [sys.executable, "-c", script],
+    }
 
 
 ABORT = tool_error_hook("stop", "import sys; sys.stderr.write('the CRM is being migrated'); sys.exit(2)")
-RECOVER = tool_error_hook("cached-copy", "import json,sys; json.load(sys.stdin); print(json.dumps({'result': 'cached profile'}))")
+RECOVER = tool_error_hook(
+    "cached-copy", "import json,sys; json.load(sys.stdin); print(json.dumps({'result': 'cached profile'}))"
+)
 
 
 class FlakyCrm:
@@ -54,7 +62,9 @@ def openai_agent(crm: FlakyCrm, fake_openai: FakeOpenAI):
         """A customer's profile."""
         return crm.lookup(customer_id)
 
-    model = OpenAIResponsesModel(model="gpt-test", openai_client=AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk-test"))
+    model = OpenAIResponsesModel(
+        model="gpt-test", openai_client=AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk-test")
+    )
     return Agent(name="crm", instructions="Look customers up.", model=model, tools=[lookup])
 
 
@@ -76,7 +86,9 @@ def test_openai_agents_retries_a_failing_tool_as_the_gateway_says_in_the_runs_tr
     request = "[openai-agents] look up c-1 (flaky)"
     fake_openai.script(request, [[("lookup", {"customer_id": "c-1"})]])
 
-    result = asyncio.run(run_openai_agent(openai_agent(crm, fake_openai), quiet_gateway, key, request, group_id="conv-42"))
+    result = asyncio.run(
+        run_openai_agent(openai_agent(crm, fake_openai), quiet_gateway, key, request, group_id="conv-42")
+    )
 
     assert crm.calls == ["c-1", "c-1"]
     assert fake_openai.outputs_seen(request) == {"lookup": "profile of c-1"}
@@ -85,7 +97,9 @@ def test_openai_agents_retries_a_failing_tool_as_the_gateway_says_in_the_runs_tr
     assert (call.session_id, call.outcome, call.result) == ("openai-agents-conv-42", "success", "profile of c-1")
 
 
-def test_openai_agents_stops_the_run_when_the_gateway_aborts_a_failed_tool(quiet_gateway: Gateway, fake_openai: FakeOpenAI):
+def test_openai_agents_stops_the_run_when_the_gateway_aborts_a_failed_tool(
+    quiet_gateway: Gateway, fake_openai: FakeOpenAI
+):
     key = quiet_gateway.configure(AGENT, [ABORT])
     crm = FlakyCrm()
     request = "[openai-agents] look up c-2 (abort)"

@@ -37,7 +37,9 @@ def test_a_pending_call_is_deferred_and_the_resumed_session_gets_the_approval(ga
 def test_the_permission_dialog_hook_cannot_defer_and_denies_instead(quiet_gateway: Gateway, tmp_path):
     hook = CommandHook(quiet_gateway.url, quiet_gateway.configure("claude-code", [slack_gate(["Bash"])]), tmp_path)
 
-    answer = hook.answer(hook_json("Bash", {"command": "ls"}, event="PermissionRequest"), "--max-wait", "0", "--on-pending", "defer")
+    answer = hook.answer(
+        hook_json("Bash", {"command": "ls"}, event="PermissionRequest"), "--max-wait", "0", "--on-pending", "defer"
+    )
 
     decision = answer["hookSpecificOutput"]["decision"]
     assert decision["behavior"] == "deny"

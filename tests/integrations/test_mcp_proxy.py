@@ -45,7 +45,9 @@ def crm_server(crm: CrmServer) -> CrmServer:
     return crm
 
 
-def proxy(gateway_url: str, api_key: str, name: str, *options: str, upstream: list[str] | None = None) -> StdioServerParameters:
+def proxy(
+    gateway_url: str, api_key: str, name: str, *options: str, upstream: list[str] | None = None
+) -> StdioServerParameters:
     """The proxy as an MCP client's config launches it (docs/integrations/mcp-proxy.md)."""
     args = ["-m", "gateway_client.mcp_proxy", "--name", name, *options]
     if upstream is not None:
@@ -110,7 +112,8 @@ def test_resources_prompts_and_upstream_progress_pass_through_and_results_are_cu
     quiet_gateway: Gateway, crm_server: CrmServer
 ):
     key = quiet_gateway.configure(
-        AGENT, [slack_gate(["crm__delete_customer"]), {"kind": "truncate_result", "tools": ["crm__lookup"], "max_chars": 40}]
+        AGENT,
+        [slack_gate(["crm__delete_customer"]), {"kind": "truncate_result", "tools": ["crm__lookup"], "max_chars": 40}],
     )
     with mcp_client(crm_server.url) as (portal, direct):
         resource_templates = portal.call(direct.list_resource_templates).resource_templates
@@ -126,7 +129,9 @@ def test_resources_prompts_and_upstream_progress_pass_through_and_results_are_cu
         assert dumped(portal.call(client.list_prompts).prompts) == dumped(prompts)
         record = portal.call(client.read_resource, "crm://customers/c-7")
         prompt = portal.call(client.get_prompt, "follow_up", {"customer_id": "c-7"})
-        looked_up = portal.call(functools.partial(client.call_tool, "lookup", {"customer_id": "c-7"}, progress_callback=on_progress))
+        looked_up = portal.call(
+            functools.partial(client.call_tool, "lookup", {"customer_id": "c-7"}, progress_callback=on_progress)
+        )
 
     assert record.contents[0].text == "record of c-7"
     assert prompt.messages[0].content.text == "Write a short follow-up email to customer c-7."
@@ -143,8 +148,14 @@ def test_an_approved_call_waits_with_progress_then_runs_upstream_with_the_rewrit
     key = gateway.configure(
         AGENT,
         [
-            {"kind": "command", "name": "from-utc", "event": "pre_tool_use", "priority": 10,
-             "tools": ["time__convert_time"], "command": [sys.executable, "-c", FROM_UTC]},
+            {
+                "kind": "command",
+                "name": "from-utc",
+                "event": "pre_tool_use",
+                "priority": 10,
+                "tools": ["time__convert_time"],
+                "command": [sys.executable, "-c", FROM_UTC],
+            },
             slack_gate(["time__convert_time"]),
         ],
     )
@@ -174,7 +185,9 @@ def test_an_approved_call_waits_with_progress_then_runs_upstream_with_the_rewrit
     assert ToolCall.objects.get(tool_name="time__convert_time").outcome == "success"
 
 
-def test_a_rejected_call_never_reaches_the_upstream_and_the_client_gets_the_reason(gateway: Gateway, crm_server: CrmServer):
+def test_a_rejected_call_never_reaches_the_upstream_and_the_client_gets_the_reason(
+    gateway: Gateway, crm_server: CrmServer
+):
     key = gateway.configure(AGENT, [slack_gate(["crm__delete_customer"])])
     server = proxy(gateway.url, key, "crm", "--upstream-url", crm_server.url)
     with mcp_client(server, mode="legacy") as (portal, client):
@@ -216,7 +229,9 @@ def test_a_cancelled_call_withdraws_its_confirmation(quiet_gateway: Gateway, crm
         pending = wait_until(lambda: ConfirmationRequest.objects.filter(status="pending").first(), WAIT, "the request")
         call.cancel()
         wait_until(
-            lambda: ConfirmationRequest.objects.filter(pk=pending.pk, status="cancelled").exists(), WAIT, "the withdrawal"
+            lambda: ConfirmationRequest.objects.filter(pk=pending.pk, status="cancelled").exists(),
+            WAIT,
+            "the withdrawal",
         )
 
     assert ConfirmationRequest.objects.get().decided_by == f"agent:{AGENT}"
@@ -230,5 +245,7 @@ def test_with_the_gateway_down_a_call_fails_closed(crm_server: CrmServer):
         result = portal.call(client.call_tool, "delete_customer", {"customer_id": "c-9"})
 
     assert result.is_error
-    assert text(result).startswith(f"crm__delete_customer was not run: denied: the gateway at {url} could not be reached")
+    assert text(result).startswith(
+        f"crm__delete_customer was not run: denied: the gateway at {url} could not be reached"
+    )
     assert crm_server.calls == []
