@@ -59,6 +59,7 @@ from gateway_client.client import (
 logger = logging.getLogger("gateway_client")
 
 CANCEL_TIMEOUT = 5.0  # seconds a withdrawal may take when the caller is cancelled
+MAX_LEFT_PENDING = 1000  # calls left pending that a retry can still pick up, per gate
 
 Status = Literal["ran", "replaced", "refused", "withheld", "aborted", "failed"]
 
@@ -230,6 +231,8 @@ class ToolGate:
         if decision.still_pending:
             with self._lock:
                 self._left_pending[fingerprint] = (key, call_id)
+                while len(self._left_pending) > MAX_LEFT_PENDING:  # forget the oldest
+                    del self._left_pending[next(iter(self._left_pending))]
             url = None
             if decision.confirmation_id:
                 try:
@@ -450,32 +453,55 @@ class ToolGate:
         return await asyncio.to_thread(getattr(self.client, method), *args, **kwargs)
 
     async def _aask(self, call: _Call, kwargs: dict[str, Any]) -> Decision:
+        # The ask runs as a task of its own, so a cancellation of the caller cannot cut it off
+        # between the gateway creating the request and the answer that names it.
+        loop = asyncio.get_running_loop()
+        known = asyncio.Event()  # the request is named, or the ask ended
+        threaded = not isinstance(self.client, AsyncGatewayClient)
+        on_pending = _remember(call, known, loop if threaded else None)
+        ask = asyncio.ensure_future(self._aperform("pre_tool_use", **kwargs, on_pending=on_pending))
+        ask.add_done_callback(lambda task: (known.set(), task.cancelled() or task.exception()))
         try:
-            return await self._aperform("pre_tool_use", **kwargs, on_pending=_remember(call))
+            return await asyncio.shield(ask)
         except GatewayClientError:
             raise
         except BaseException:
-            # Cancelled (the MCP client cancelled the request, the run was stopped…) while a
-            # human is being asked: withdraw the request, so nobody approves a call that is gone.
-            if call.confirmation_id is not None:
-                await self._withdraw(call.confirmation_id)
+            # Cancelled (the MCP client cancelled the request, the run was stopped…) while a human
+            # is being asked: withdraw the request, so nobody approves a call that is gone.
+            await self._withdraw(call, known, ask)
             raise
 
-    async def _withdraw(self, confirmation_id: str) -> None:
+    async def _withdraw(self, call: _Call, known: asyncio.Event, ask: asyncio.Future[Any]) -> None:
         import anyio
 
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT):
+            await known.wait()
+            ask.cancel()  # stop waiting for the decision
+            if call.confirmation_id is None:
+                return
             try:
-                await self._aperform("cancel", confirmation_id)
-            except GatewayClientError as exc:
-                logger.info("could not withdraw confirmation %s: %s", confirmation_id, exc)
+                await self._aperform("cancel", call.confirmation_id)
+            except GatewayClientError as exc:  # e.g. decided just before: AlreadyDecided
+                logger.info("could not withdraw confirmation %s: %s", call.confirmation_id, exc)
 
 
-def _remember(call: _Call) -> Callable[[dict[str, Any]], None]:
-    def on_pending(answer: dict[str, Any]) -> None:
+def _remember(
+    call: _Call, known: threading.Event | asyncio.Event | None = None, loop: asyncio.AbstractEventLoop | None = None
+) -> Callable[[dict[str, Any]], None]:
+    """The `on_pending` of one ask: note the request's id (on `loop`, when the ask runs in a thread)."""
+
+    def note(answer: dict[str, Any]) -> None:
         call.confirmation_id = answer.get("confirmation_id")
+        if known is not None:
+            known.set()
         if call.on_pending is not None:
             call.on_pending(answer)
+
+    def on_pending(answer: dict[str, Any]) -> None:
+        if loop is None:
+            note(answer)
+        else:
+            loop.call_soon_threadsafe(note, answer)
 
     return on_pending
 

@@ -222,19 +222,36 @@ def test_a_call_still_pending_at_max_wait_says_so_and_a_retry_picks_up_the_appro
 # --------------------------------------------------------------------------- cancelled, unreachable
 
 
-def test_a_cancelled_call_withdraws_its_confirmation(quiet_gateway: Gateway, crm_server: CrmServer):
+def test_a_cancelled_call_or_a_client_that_goes_away_withdraws_the_confirmation(
+    quiet_gateway: Gateway, crm_server: CrmServer
+):
     key = quiet_gateway.configure(AGENT, [slack_gate(["crm__delete_customer"])])
-    with mcp_client(proxy(quiet_gateway.url, key, "crm", "--upstream-url", crm_server.url)) as (portal, client):
-        call = portal.start_task_soon(client.call_tool, "delete_customer", {"customer_id": "c-9"})
-        pending = wait_until(lambda: ConfirmationRequest.objects.filter(status="pending").first(), WAIT, "the request")
-        call.cancel()
+
+    def pending(customer_id: str) -> ConfirmationRequest:
+        return wait_until(
+            lambda: ConfirmationRequest.objects.filter(status="pending", tool_args__customer_id=customer_id).first(),
+            WAIT,
+            f"the request for {customer_id}",
+        )
+
+    def withdrawn(confirmation: ConfirmationRequest) -> None:
         wait_until(
-            lambda: ConfirmationRequest.objects.filter(pk=pending.pk, status="cancelled").exists(),
+            lambda: ConfirmationRequest.objects.filter(pk=confirmation.pk, status="cancelled").exists(),
             WAIT,
             "the withdrawal",
         )
 
-    assert ConfirmationRequest.objects.get().decided_by == f"agent:{AGENT}"
+    with mcp_client(proxy(quiet_gateway.url, key, "crm", "--upstream-url", crm_server.url)) as (portal, client):
+        cancelled = portal.start_task_soon(client.call_tool, "delete_customer", {"customer_id": "c-8"})
+        first = pending("c-8")
+        cancelled.cancel()  # the SDK sends notifications/cancelled
+        withdrawn(first)
+        left = portal.start_task_soon(client.call_tool, "delete_customer", {"customer_id": "c-9"})
+        second = pending("c-9")
+    withdrawn(second)  # the client closed the proxy's stdin with the call still held
+
+    assert left.exception() is not None  # the client got no answer: it left
+    assert set(ConfirmationRequest.objects.values_list("decided_by", flat=True)) == {f"agent:{AGENT}"}
     assert crm_server.calls == []
 
 
