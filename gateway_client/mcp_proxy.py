@@ -51,11 +51,9 @@ from gateway_client.client import AsyncGatewayClient
 from gateway_client.gating import GateResult, ToolGate, result_text
 
 try:
-    import mcp.types as mcp_types
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.server.stdio import stdio_server
-    from mcp.shared._httpx_utils import create_mcp_http_client
     from mcp.shared.inbound import (
         MCP_METHOD_HEADER,
         MCP_NAME_HEADER,
@@ -66,12 +64,14 @@ try:
         x_mcp_header_map,
     )
     from mcp.shared.message import ClientMessageMetadata, SessionMessage
-    from mcp_types import (
+    from mcp_types import (  # the MCP SDK's protocol types (`mcp.types` re-exports them)
         PROTOCOL_VERSION_META_KEY,
+        CallToolResult,
         JSONRPCError,
         JSONRPCNotification,
         JSONRPCRequest,
         JSONRPCResponse,
+        TextContent,
     )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("gateway_client.mcp_proxy needs the MCP Python SDK: pip install 'mcp>=2.3,<3'") from exc
@@ -91,7 +91,7 @@ USAGE_ERROR = 2
 
 def text_result(text: str, *, is_error: bool) -> dict[str, Any]:
     """A `CallToolResult` with one text block, as wire JSON."""
-    result = mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=text)], is_error=is_error)
+    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=is_error)
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
@@ -379,8 +379,12 @@ class McpGatewayProxy:
 async def upstream_streams(args: argparse.Namespace) -> AsyncIterator[tuple[Any, Any]]:
     """The upstream's (read, write) streams: its command started, or its URL."""
     if args.upstream_url:
+        import httpx2  # the MCP SDK's HTTP client
+
         headers = dict(_header(h) for h in args.upstream_header)
-        async with create_mcp_http_client(headers=headers or None) as http:
+        # The SDK's own defaults: 30 s to connect and send, 300 s to read (a response may be an SSE stream).
+        timeout = httpx2.Timeout(30.0, read=300.0)
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
             async with streamable_http_client(args.upstream_url, http_client=http) as streams:
                 yield streams
         return
