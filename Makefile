@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+INTEGRATIONS_STAMP := $(VENV)/.installed-integrations
 
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gateway} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/5} \
 	GATEWAY_VAR_DIR=$(CURDIR)/var/test
 
-.PHONY: install run test bench migrate
+.PHONY: install install-integrations run test bench migrate
 install: $(STAMP)
 
 $(STAMP): requirements.txt
@@ -19,13 +20,20 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	touch $(STAMP)
 
+# The agent frameworks the integration tests drive (not the gateway's own requirements).
+install-integrations: $(INTEGRATIONS_STAMP)
+
+$(INTEGRATIONS_STAMP): $(STAMP) requirements-integrations.txt
+	$(PY) -m pip install -q -r requirements-integrations.txt
+	touch $(INTEGRATIONS_STAMP)
+
 migrate: install
 	$(PY) manage.py migrate --noinput
 
 run: install
 	$(PY) scripts/run.py
 
-test: install
+test: install install-integrations
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)

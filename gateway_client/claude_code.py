@@ -24,7 +24,10 @@ or, for `PermissionRequest` (the permission dialog's hook)::
 
 Still pending at `--max-wait`: deny, with a reason saying approval is pending
 and to retry (`--on-pending ask` hands the call to Claude Code's own prompt
-instead). The request stays pending in the gateway. The idempotency key is
+instead; `--on-pending defer`, for headless `claude -p` runs, answers
+`permissionDecision: "defer"`: Claude Code stops with the call unrun, and
+`claude -p --resume <session>` later asks this hook again, which then finds
+the decision). The request stays pending in the gateway. The idempotency key is
 derived from the session, the tool name and the canonical tool input, so when
 Claude retries the same call in the same session it finds the same request,
 and an approval that arrived meanwhile is honoured. The first ask's body is
@@ -136,10 +139,19 @@ def pending_reason(confirmation_id: str | None, *, url: str | None = None) -> st
     )
 
 
+def deferred_reason(confirmation_id: str | None, session_id: str) -> str:
+    return (
+        f"Approval is pending in the gateway (request {confirmation_id}); the call is deferred. "
+        f"Resume the session once a human has decided: claude -p --resume {session_id}"
+    )
+
+
 def hook_output(
     event: str, permission: str, reason: str, updated_input: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Claude Code's answer for `event`: `permission` is allow, deny or ask."""
+    """Claude Code's answer for `event`: `permission` is allow, deny, ask or defer."""
+    if event == PERMISSION_REQUEST and permission == "defer":
+        permission = "deny"  # the permission dialog's hook cannot defer: fail closed
     if event == PERMISSION_REQUEST:
         if permission == "allow":
             decision: dict[str, Any] = {"behavior": "allow"}
@@ -265,9 +277,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--on-pending",
-        choices=["deny", "ask"],
+        choices=["deny", "ask", "defer"],
         default="deny",
-        help="answer when still pending at --max-wait: deny (default) or ask (Claude Code's own prompt)",
+        help="answer when still pending at --max-wait: deny (default), ask (Claude Code's own prompt) or "
+        "defer (headless claude -p: stop now, resume later with --resume)",
     )
     parser.add_argument(
         "--reconnect-for",
@@ -331,7 +344,13 @@ def main(
             return block(f"the gateway refused the request: {exc}")
     if decision.unreachable:
         return block(decision.reason)
-    reason = pending_reason(decision.confirmation_id) if decision.still_pending else decision.reason
+    reason = decision.reason
+    if decision.still_pending:
+        reason = (
+            deferred_reason(decision.confirmation_id, hook.session_id)
+            if args.on_pending == "defer" and hook.event == PRE_TOOL_USE
+            else pending_reason(decision.confirmation_id)
+        )
     output = answer_hook(
         hook,
         decision=decision.decision,

@@ -36,7 +36,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Literal, TypeVar
 
 import httpx
@@ -232,13 +232,21 @@ class _PreToolUse:
     """The waiting logic of `pre_tool_use`, shared by both clients."""
 
     def __init__(
-        self, *, body: dict[str, Any], deadline: float | None, long_poll: float, fail_open: bool, base_url: str
+        self,
+        *,
+        body: dict[str, Any],
+        deadline: float | None,
+        long_poll: float,
+        fail_open: bool,
+        base_url: str,
+        on_pending: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.body = body
         self.deadline = deadline
         self.long_poll = long_poll
         self.fail_open = fail_open
         self.base_url = base_url
+        self.on_pending = on_pending
         self.started = time.monotonic()
 
     def _hold(self) -> float | None:
@@ -256,7 +264,11 @@ class _PreToolUse:
     def flow(self) -> _Flow:
         answer: dict[str, Any] | None = None
         try:
-            answer = yield self._ask(self._hold() or 0)
+            # With on_pending the first ask is not held, so the caller learns at once that a
+            # human is being asked (and which request to withdraw if it is cancelled).
+            answer = yield self._ask(0 if self.on_pending is not None else self._hold() or 0)
+            if answer["decision"] == "pending" and self.on_pending is not None:
+                self.on_pending(answer)
             while answer["decision"] == "pending":
                 hold = self._hold()
                 if hold is None:
@@ -440,12 +452,16 @@ class _BaseClient(Generic[_D, _R]):
         idempotency_key: str | None = None,
         callback_url: str | None = None,
         max_wait: float | None = None,
+        on_pending: Callable[[dict[str, Any]], None] | None = None,
     ) -> _R:
         """Ask before a tool call; returns the final `Decision` (allow / deny / skip).
 
         Waits for a human as long as needed, up to `max_wait` seconds (default: the
         client's). Raises `GatewayAPIError` for a 4xx answer (bad input, bad key);
         an unreachable gateway is a deny (or an allow with `fail_open`), not an error.
+        `on_pending(answer)` is called once, as soon as the gateway says a human has to
+        decide (the answer carries the `confirmation_id`), before the wait; with it the
+        first ask is not held (one more request for a call that waits, none for the rest).
         """
         body = _drop_none(
             session_id=session_id,
@@ -460,7 +476,12 @@ class _BaseClient(Generic[_D, _R]):
         limit = max_wait if max_wait is not None else self.max_wait
         deadline = time.monotonic() + limit if limit is not None else None
         waiting = _PreToolUse(
-            body=body, deadline=deadline, long_poll=self.long_poll, fail_open=self.fail_open, base_url=self.base_url
+            body=body,
+            deadline=deadline,
+            long_poll=self.long_poll,
+            fail_open=self.fail_open,
+            base_url=self.base_url,
+            on_pending=on_pending,
         )
         return self._drive(waiting.flow(), deadline)
 

@@ -1,0 +1,64 @@
+"""A payments agent on LangChain v1 (`create_agent`) whose tools ask the approval gateway first.
+
+    pip install -r examples/langchain/requirements.txt
+    export GATEWAY_URL=http://127.0.0.1:8000 GATEWAY_API_KEY=…   # manage.py create_api_key payments-agent
+    export OPENAI_API_KEY=…                                       # OPENAI_BASE_URL, OPENAI_MODEL: optional
+    python examples/langchain/agent.py "Pay invoice INV-7, 120 dollars"
+
+`pay_invoice` prints `PAID <invoice_id> <amount>` when it really runs; the
+agent's final output is printed last. With examples/agents.yaml
+applied, pay_invoice needs a human's approval and get_balance runs at once.
+See docs/integrations/langchain.md.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # gateway_client from this checkout
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain.tools import tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+
+from gateway_client import GatewayClient  # noqa: E402
+from gateway_client.langchain import GatewayMiddleware  # noqa: E402
+
+DEFAULT_MODEL = "gpt-5.6-luna"
+
+
+@tool
+def pay_invoice(invoice_id: str, amount: int) -> str:
+    """Pay an invoice: send `amount` dollars for the invoice `invoice_id`."""
+    print(f"PAID {invoice_id} {amount}", flush=True)
+    return f"paid {invoice_id}"
+
+
+@tool
+def get_balance() -> float:
+    """The account's balance, in dollars."""
+    return 12840.5
+
+
+def main(request: str) -> None:
+    gateway = GatewayClient(
+        os.environ["GATEWAY_URL"],
+        os.environ["GATEWAY_API_KEY"],
+        max_wait=float(os.environ.get("GATEWAY_MAX_WAIT", "300")),  # seconds to wait for a human
+        reconnect_for=float(os.environ.get("GATEWAY_RECONNECT_FOR", "10")),  # then an unreachable gateway denies
+    )
+    with gateway:
+        agent = create_agent(
+            model=ChatOpenAI(model=os.environ.get("OPENAI_MODEL", DEFAULT_MODEL)),
+            tools=[pay_invoice, get_balance],
+            system_prompt="You pay invoices and report the account balance. Use the tools; be brief.",
+            middleware=[GatewayMiddleware(gateway)],
+        )
+        state = agent.invoke({"messages": [{"role": "user", "content": request}]})
+    print(state["messages"][-1].text, flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} 'what the agent should do'")
+    main(sys.argv[1])

@@ -1,0 +1,181 @@
+"""LangChain v1 / LangGraph agents gated by the approval gateway: one middleware for `create_agent`::
+
+    from langchain.agents import create_agent
+    from gateway_client import GatewayClient
+    from gateway_client.langchain import GatewayMiddleware
+
+    gateway = GatewayClient(GATEWAY_URL, GATEWAY_API_KEY, max_wait=300)
+    agent = create_agent(model, tools=[pay_invoice, get_balance], middleware=[GatewayMiddleware(gateway)])
+
+`GatewayMiddleware` wraps every tool call (`wrap_tool_call` for `invoke` /
+`stream`, `awrap_tool_call` for `ainvoke` / `astream`):
+
+- allow: the tool runs with the arguments the gateway answered (a hook may
+  have rewritten them: `request.override(tool_call=...)`); its result is
+  reported (post-tool-use) and, if the gateway changed it (e.g. cut it with
+  `truncate_result`), the model gets the gateway's version in the `ToolMessage`.
+- deny, reject, still pending at `max_wait`, or an unreachable gateway: the
+  tool does not run; the model gets a `ToolMessage` (`status="error"`) with the
+  reason (`pay_invoice was not run: rejected by bob: over budget`).
+- the tool fails (raises, or returns an error `ToolMessage`): tool-error;
+  `retry` runs it again, `recover` gives the model the gateway's result,
+  `abort` raises `ToolRunAborted`, and `raise` leaves the error as it was (an
+  exception propagates as it would without the middleware).
+
+The gateway session is `session_id` (a string, or a function of the
+`ToolCallRequest`); by default the LangGraph thread (`config["configurable"]
+["thread_id"]`), else one session per middleware. A `GatewayClient` serves both
+sync and async runs; an `AsyncGatewayClient` only async ones. See
+docs/integrations/langchain.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from gateway_client.client import AsyncGatewayClient, GatewayClient
+from gateway_client.gating import GateResult, ToolGate, ToolRunAborted, result_text
+
+try:
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("gateway_client.langchain needs LangChain v1: pip install 'langchain>=1,<2'") from exc
+
+__all__ = ["GatewayMiddleware", "ToolRunAborted"]
+
+SessionId = str | Callable[[ToolCallRequest], str] | None
+
+
+class GatewayMiddleware(AgentMiddleware):
+    """Asks the gateway before each tool call of a `create_agent` agent (see the module docstring).
+
+    client: a `GatewayClient` (sync and async runs) or `AsyncGatewayClient` (async runs), or a `ToolGate`.
+    session_id: the gateway session (a string, or a function of the `ToolCallRequest`).
+    user_id, metadata: sent with every call. max_wait: seconds to wait for a human.
+    tool_prefix: prepended to the tool names the gateway sees. tools: gate only these tool names.
+    """
+
+    def __init__(
+        self,
+        client: GatewayClient | AsyncGatewayClient | ToolGate,
+        *,
+        session_id: SessionId = None,
+        user_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        max_wait: float | None = None,
+        tool_prefix: str = "",
+        tools: Iterable[str] | None = None,
+    ):
+        super().__init__()
+        self.gate = (
+            client
+            if isinstance(client, ToolGate)
+            else ToolGate(
+                client,
+                user_id=user_id,
+                metadata={"source": "langchain", **(metadata or {})},
+                max_wait=max_wait,
+                key_prefix="langchain",
+            )
+        )
+        self.session_id = session_id
+        self.tool_prefix = tool_prefix
+        self.only = set(tools) if tools is not None else None
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
+        call = request.tool_call
+        if not self._gated(call):
+            return handler(request)
+        if not isinstance(self.gate.client, GatewayClient):
+            raise TypeError(
+                "GatewayMiddleware with an AsyncGatewayClient gates async runs only (ainvoke/astream); "
+                "give it a GatewayClient to gate invoke/stream"
+            )
+        arguments = dict(call.get("args") or {})
+        result = self.gate.call(
+            tool_name=f"{self.tool_prefix}{call['name']}",
+            tool_args=arguments,
+            tool_call_id=call.get("id"),
+            session_id=self._session(request),
+            run=lambda tool_args: handler(_with_args(request, arguments, tool_args)),
+            report=_reportable,
+            failure=_failure,
+        )
+        return _answer(request, result)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        call = request.tool_call
+        if not self._gated(call):
+            return await handler(request)
+        arguments = dict(call.get("args") or {})
+        result = await self.gate.acall(
+            tool_name=f"{self.tool_prefix}{call['name']}",
+            tool_args=arguments,
+            tool_call_id=call.get("id"),
+            session_id=self._session(request),
+            run=lambda tool_args: handler(_with_args(request, arguments, tool_args)),
+            report=_reportable,
+            failure=_failure,
+        )
+        return _answer(request, result)
+
+    def _gated(self, call: dict[str, Any]) -> bool:
+        return self.only is None or call.get("name") in self.only
+
+    def _session(self, request: ToolCallRequest) -> str | None:
+        if callable(self.session_id):
+            return str(self.session_id(request))
+        if self.session_id:
+            return self.session_id
+        config = getattr(request.runtime, "config", None) or {}
+        thread = (config.get("configurable") or {}).get("thread_id")
+        return f"langgraph-{thread}" if thread else None  # None: the gate's own session
+
+
+def _with_args(request: ToolCallRequest, asked: dict[str, Any], answered: dict[str, Any]) -> ToolCallRequest:
+    """The request to run: the gateway's arguments (a hook may have rewritten them)."""
+    if answered == asked:
+        return request
+    return request.override(tool_call={**request.tool_call, "args": answered})
+
+
+def _reportable(value: Any) -> Any:
+    """What the gateway gets as the result: the ToolMessage's content (a Command's messages' contents)."""
+    if isinstance(value, ToolMessage):
+        return value.content
+    if isinstance(value, Command):
+        update = value.update if isinstance(value.update, dict) else {}
+        messages = [m.content for m in update.get("messages", []) if isinstance(m, ToolMessage)]
+        return messages if messages else repr(value)
+    return value
+
+
+def _failure(value: Any) -> str | None:
+    if isinstance(value, ToolMessage) and value.status == "error":
+        return result_text(value.content) or "the tool failed"
+    return None
+
+
+def _answer(request: ToolCallRequest, result: GateResult) -> ToolMessage | Command[Any]:
+    call = request.tool_call
+    if result.status == "ran":
+        return result.value
+    if result.status == "replaced":
+        return ToolMessage(content=result_text(result.result), tool_call_id=call.get("id"), name=call.get("name"))
+    if result.status == "aborted":
+        raise ToolRunAborted(result.message, result)
+    if result.status == "failed":
+        if result.exception is not None:
+            raise result.exception
+        return result.value
+    return ToolMessage(content=result.message, tool_call_id=call.get("id"), name=call.get("name"), status="error")

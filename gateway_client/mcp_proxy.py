@@ -1,0 +1,505 @@
+"""An MCP gateway proxy: `python -m gateway_client.mcp_proxy --name NAME -- UPSTREAM_COMMAND [ARGS…]`.
+
+An MCP server over stdio that an MCP client (Claude Desktop, Cursor, Claude
+Code, VS Code, an SDK's MCP support) launches in place of the upstream server.
+It starts the upstream (a stdio command, or `--upstream-url` for streamable
+HTTP) and relays the MCP session between the two, message by message: the
+handshake, the tool list (unchanged: names, descriptions, schemas), resources,
+prompts, completions, logging, notifications and the upstream's own requests
+(sampling, elicitation, roots) all pass through as they are.
+
+Every `tools/call` is the one exception. It is held and asked about as the
+gateway tool `NAME__TOOL` (pre-tool-use), in the proxy's session:
+
+- allow: the upstream is called with the arguments the gateway answered (a
+  hook may have rewritten them); its result is reported (post-tool-use) and
+  the gateway's answer — possibly cut by `truncate_result` — is what the
+  client gets. A failure (an `isError` result or a JSON-RPC error) is
+  reported as tool-error and its action followed (retry, recover, abort, raise).
+- deny, reject, or nobody decided within `--max-wait`: an `isError` result
+  saying why (`time__convert_time was not run: rejected by bob: not now`); the
+  upstream never sees the call. Calling the same tool again with the same
+  arguments picks up a decision given meanwhile.
+- while a human decides, `notifications/progress` every `--progress-interval`
+  seconds if the client sent a `progressToken`.
+- the gateway unreachable: an `isError` result; the upstream is not called.
+- the client cancels the request (`notifications/cancelled`): the confirmation
+  is withdrawn (`POST /api/v1/confirmations/<id>/cancel`).
+
+Configuration: `GATEWAY_URL` and `GATEWAY_API_KEY` (or `--url`, `--api-key`),
+`GATEWAY_USER_ID` (`--user-id`). The upstream command inherits the proxy's
+environment without `GATEWAY_API_KEY`. See docs/integrations/mcp-proxy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+
+from gateway_client.client import AsyncGatewayClient
+from gateway_client.gating import GateResult, ToolGate, result_text
+
+try:
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.inbound import (
+        MCP_METHOD_HEADER,
+        MCP_NAME_HEADER,
+        MCP_PROTOCOL_VERSION_HEADER,
+        NAME_BEARING_METHODS,
+        encode_header_value,
+        mcp_param_headers,
+        x_mcp_header_map,
+    )
+    from mcp.shared.message import ClientMessageMetadata, SessionMessage
+    from mcp_types import (  # the MCP SDK's protocol types (`mcp.types` re-exports them)
+        PROTOCOL_VERSION_META_KEY,
+        CallToolResult,
+        JSONRPCError,
+        JSONRPCNotification,
+        JSONRPCRequest,
+        JSONRPCResponse,
+        TextContent,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("gateway_client.mcp_proxy needs the MCP Python SDK: pip install 'mcp>=2.3,<3'") from exc
+
+logger = logging.getLogger("gateway_client.mcp_proxy")
+
+DEFAULT_MAX_WAIT = 300.0
+DEFAULT_PROGRESS_INTERVAL = 5.0
+DEFAULT_RECONNECT_FOR = 10.0
+REQUEST_TIMEOUT = 10.0
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+USAGE_ERROR = 2
+
+
+# --------------------------------------------------------------------------- results
+
+
+def text_result(text: str, *, is_error: bool) -> dict[str, Any]:
+    """A `CallToolResult` with one text block, as wire JSON."""
+    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=is_error)
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def reported_result(message: JSONRPCResponse) -> Any:
+    """What the gateway gets as the result of a successful call: its text, as the model reads it.
+
+    The text blocks, joined; without text, the structured content; else the content blocks as JSON.
+    """
+    content = message.result.get("content") or []
+    texts = [block.get("text", "") for block in content if isinstance(block, dict) and block.get("type") == "text"]
+    if texts and len(texts) == len(content):
+        return "\n".join(texts)
+    if not content and message.result.get("structuredContent") is not None:
+        return message.result["structuredContent"]
+    return content
+
+
+def call_failure(message: JSONRPCResponse | JSONRPCError) -> str | None:
+    """The error of a failed call (a JSON-RPC error, or an `isError` result), or None."""
+    if isinstance(message, JSONRPCError):
+        return f"MCP error {message.error.code}: {message.error.message}"
+    if message.result.get("isError"):
+        return result_text(reported_result(message)) or "the tool reported an error"
+    return None
+
+
+# --------------------------------------------------------------------------- streamable HTTP headers
+
+
+class HttpStamp:
+    """The HTTP headers a message to a streamable-HTTP upstream needs (the SDK's session stamps them
+    for its own messages; a relayed message carries none).
+
+    Handshake era: `MCP-Protocol-Version` after `initialize`. 2026-07-28 era (a request whose
+    `_meta` names the protocol version): that version, `Mcp-Method`, `Mcp-Name` and the
+    `Mcp-Param-*` headers that the tool's input schema asks for (learnt from `tools/list`).
+    """
+
+    def __init__(self) -> None:
+        self.handshake_version: str | None = None
+        self.initialize_ids: set[Any] = set()
+        self.tools_list_ids: set[Any] = set()
+        self.header_maps: dict[str, dict[tuple[str, ...], str]] = {}
+
+    def outbound(self, message: Any) -> ClientMessageMetadata | None:
+        if isinstance(message, JSONRPCRequest):
+            if message.method == "initialize":
+                self.initialize_ids.add(message.id)
+                return None
+            if message.method == "tools/list":
+                self.tools_list_ids.add(message.id)
+            params = message.params or {}
+            version = (params.get("_meta") or {}).get(PROTOCOL_VERSION_META_KEY)
+            if isinstance(version, str):
+                headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: message.method}
+                name_key = NAME_BEARING_METHODS.get(message.method)
+                if name_key is not None and isinstance(name := params.get(name_key), str):
+                    headers[MCP_NAME_HEADER] = encode_header_value(name)
+                    if message.method == "tools/call" and name in self.header_maps:
+                        headers.update(mcp_param_headers(self.header_maps[name], params.get("arguments") or {}))
+                return ClientMessageMetadata(headers=headers)
+        if self.handshake_version is not None:
+            return ClientMessageMetadata(headers={MCP_PROTOCOL_VERSION_HEADER: self.handshake_version})
+        return None
+
+    def inbound(self, message: Any) -> None:
+        if not isinstance(message, JSONRPCResponse | JSONRPCError):
+            return
+        if message.id in self.initialize_ids:
+            self.initialize_ids.discard(message.id)
+            if isinstance(message, JSONRPCResponse) and isinstance(message.result.get("protocolVersion"), str):
+                self.handshake_version = message.result["protocolVersion"]
+        elif message.id in self.tools_list_ids:
+            self.tools_list_ids.discard(message.id)
+            if isinstance(message, JSONRPCResponse):
+                for tool in message.result.get("tools") or []:
+                    if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                        self.header_maps[tool["name"]] = x_mcp_header_map(tool.get("inputSchema") or {})
+
+
+# --------------------------------------------------------------------------- the proxy
+
+
+@dataclasses.dataclass(eq=False)
+class HeldCall:
+    """A `tools/call` from the client, from the moment it arrives until it is answered."""
+
+    request: JSONRPCRequest
+    scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+    pending: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # a human is being asked
+    confirmation_id: str | None = None
+    forwarded: bool = False  # the upstream has the request
+    answered: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    upstream_answer: JSONRPCResponse | JSONRPCError | None = None
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.request.params or {}
+
+    @property
+    def progress_token(self) -> str | int | None:
+        token = (self.params.get("_meta") or {}).get("progressToken")
+        return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+    @property
+    def modern(self) -> bool:
+        return PROTOCOL_VERSION_META_KEY in (self.params.get("_meta") or {})
+
+
+class McpGatewayProxy:
+    """Relays one MCP session between a client and an upstream server, gating `tools/call`."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        gate: ToolGate,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+        stamp: HttpStamp | None = None,
+    ):
+        self.name = name
+        self.gate = gate
+        self.max_wait = max_wait
+        self.progress_interval = progress_interval
+        self.stamp = stamp
+        self.calls: dict[Any, HeldCall] = {}  # request id -> the call, while it is held or run
+        self._client_write: Any = None
+        self._upstream_write: Any = None
+
+    async def serve(self, client_read: Any, client_write: Any, upstream_read: Any, upstream_write: Any) -> str:
+        """Relay until either side closes; returns which one did (`client` or `upstream`)."""
+        self._client_write, self._upstream_write = client_write, upstream_write
+        closed = "client"
+        async with anyio.create_task_group() as tg:
+
+            async def from_upstream() -> None:
+                nonlocal closed
+                await self._pump_upstream(upstream_read)
+                closed = "upstream"
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(from_upstream)
+            async for item in client_read:
+                if isinstance(item, Exception):
+                    logger.warning("unreadable message from the client: %s", item)
+                    continue
+                await self._from_client(item, tg)
+            # The client is gone: held calls are cancelled, and so withdrawn.
+            tg.cancel_scope.cancel()
+        return closed
+
+    # -- client -> upstream ----------------------------------------------------------
+
+    async def _from_client(self, item: SessionMessage, tg: Any) -> None:
+        message = item.message
+        if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
+            call = HeldCall(message)
+            self.calls[message.id] = call
+            tg.start_soon(self._gated, call)
+            return
+        if isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            call = self.calls.get((message.params or {}).get("requestId"))
+            if call is not None:
+                # Stop asking (which withdraws the confirmation) or waiting for the upstream.
+                call.scope.cancel()
+                if not call.forwarded:
+                    return  # the upstream never saw this request
+        await self._to_upstream(message)
+
+    async def _to_upstream(self, message: Any) -> None:
+        metadata = self.stamp.outbound(message) if self.stamp is not None else None
+        await self._upstream_write.send(SessionMessage(message, metadata=metadata))
+
+    # -- upstream -> client ----------------------------------------------------------
+
+    async def _pump_upstream(self, upstream_read: Any) -> None:
+        async for item in upstream_read:
+            if isinstance(item, Exception):
+                logger.warning("unreadable message from the upstream server: %s", item)
+                continue
+            message = item.message
+            if self.stamp is not None:
+                self.stamp.inbound(message)
+            if isinstance(message, JSONRPCResponse | JSONRPCError):
+                call = self.calls.get(message.id)
+                if call is not None and call.forwarded and not call.answered.is_set():
+                    call.upstream_answer = message
+                    call.answered.set()
+                    continue
+            await self._to_client(message)
+
+    async def _to_client(self, message: Any) -> None:
+        await self._client_write.send(SessionMessage(message))
+
+    # -- one gated call ----------------------------------------------------------------
+
+    async def _gated(self, call: HeldCall) -> None:
+        tool = call.params.get("name")
+        arguments = call.params.get("arguments") or {}
+        try:
+            with call.scope:
+                if not isinstance(tool, str) or not isinstance(arguments, dict):
+                    await self._answer(
+                        call, text_result("tools/call needs a tool name and an arguments object", is_error=True)
+                    )
+                    return
+                async with anyio.create_task_group() as ticker:
+                    if call.progress_token is not None:
+                        ticker.start_soon(self._report_progress, call)
+                    try:
+                        outcome = await self.gate.acall(
+                            tool_name=f"{self.name}__{tool}",
+                            tool_args=arguments,
+                            tool_call_id=f"mcp-{uuid.uuid4().hex[:20]}",
+                            run=lambda args: self._run_upstream(call, args),
+                            report=reported_result,
+                            failure=call_failure,
+                            on_pending=lambda answer: self._on_pending(call, answer),
+                        )
+                    finally:
+                        ticker.cancel_scope.cancel()
+                await self._answer(call, self._response(call, outcome))
+        except Exception:
+            logger.exception("the proxy failed on a call to %s", tool)
+            with contextlib.suppress(Exception):
+                await self._answer(call, text_result(f"the gateway proxy failed on this call to {tool}", is_error=True))
+        finally:
+            self.calls.pop(call.request.id, None)
+
+    def _on_pending(self, call: HeldCall, answer: dict[str, Any]) -> None:
+        call.confirmation_id = answer.get("confirmation_id")
+        call.pending.set()
+
+    async def _report_progress(self, call: HeldCall) -> None:
+        """`notifications/progress` while a human decides (from the first pending answer until forwarded)."""
+        await call.pending.wait()
+        while not call.forwarded:
+            waited = time.monotonic() - call.started
+            params: dict[str, Any] = {"progressToken": call.progress_token, "progress": round(waited, 1)}
+            if self.max_wait:
+                params["total"] = self.max_wait
+            if not call.modern:  # `message` is gone from 2026-07-28
+                params["message"] = f"waiting for approval in the gateway (request {call.confirmation_id})"
+            await self._to_client(JSONRPCNotification(jsonrpc="2.0", method="notifications/progress", params=params))
+            await anyio.sleep(self.progress_interval)
+
+    async def _run_upstream(self, call: HeldCall, arguments: dict[str, Any]) -> JSONRPCResponse | JSONRPCError:
+        """Send the call upstream under the client's own request id (its progress token too) and await the answer."""
+        call.answered = anyio.Event()
+        call.upstream_answer = None
+        call.forwarded = True
+        request = JSONRPCRequest(
+            jsonrpc="2.0", id=call.request.id, method="tools/call", params={**call.params, "arguments": arguments}
+        )
+        await self._to_upstream(request)
+        await call.answered.wait()
+        assert call.upstream_answer is not None
+        return call.upstream_answer
+
+    def _response(self, call: HeldCall, outcome: GateResult) -> JSONRPCResponse | JSONRPCError:
+        """What the client gets for a gated call."""
+        if outcome.status == "ran":
+            return outcome.value
+        if outcome.status == "replaced":
+            return JSONRPCResponse(
+                jsonrpc="2.0", id=call.request.id, result=text_result(result_text(outcome.result), is_error=False)
+            )
+        if outcome.status == "failed" and isinstance(outcome.value, JSONRPCResponse | JSONRPCError):
+            return outcome.value  # the upstream's own error, as it was
+        message = outcome.message or f"{call.params.get('name')} failed: {outcome.exception}"
+        return JSONRPCResponse(jsonrpc="2.0", id=call.request.id, result=text_result(message, is_error=True))
+
+    async def _answer(self, call: HeldCall, response: JSONRPCResponse | JSONRPCError | dict[str, Any]) -> None:
+        if isinstance(response, dict):
+            response = JSONRPCResponse(jsonrpc="2.0", id=call.request.id, result=response)
+        await self._to_client(response)
+
+
+# --------------------------------------------------------------------------- running it
+
+
+@contextlib.asynccontextmanager
+async def upstream_streams(args: argparse.Namespace) -> AsyncIterator[tuple[Any, Any]]:
+    """The upstream's (read, write) streams: its command started, or its URL."""
+    if args.upstream_url:
+        import httpx2  # the MCP SDK's HTTP client
+
+        headers = dict(_header(h) for h in args.upstream_header)
+        # The SDK's own defaults: 30 s to connect and send, 300 s to read (a response may be an SSE stream).
+        timeout = httpx2.Timeout(30.0, read=300.0)
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+            async with streamable_http_client(args.upstream_url, http_client=http) as streams:
+                yield streams
+        return
+    # The upstream inherits the proxy's environment, but not the gateway key.
+    env = {k: v for k, v in os.environ.items() if k != "GATEWAY_API_KEY"}
+    command, *command_args = args.upstream
+    params = StdioServerParameters(command=command, args=command_args, env=env)
+    async with stdio_client(params, errlog=sys.stderr) as streams:
+        yield streams
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise SystemExit(f"--upstream-header must look like 'Name: value', not {text!r}")
+    return name.strip(), value.strip()
+
+
+async def run(args: argparse.Namespace) -> int:
+    gateway = AsyncGatewayClient(
+        args.url, args.api_key, timeout=REQUEST_TIMEOUT, max_wait=args.max_wait, reconnect_for=args.reconnect_for
+    )
+    gate = ToolGate(
+        gateway,
+        session_id=args.session_id or f"mcp-{args.name}-{uuid.uuid4().hex[:12]}",
+        user_id=args.user_id,
+        metadata={"source": "mcp-proxy", "mcp_server": args.name},
+        max_wait=args.max_wait,
+        key_prefix="mcp-proxy",
+    )
+    proxy = McpGatewayProxy(
+        name=args.name,
+        gate=gate,
+        max_wait=args.max_wait,
+        progress_interval=args.progress_interval,
+        stamp=HttpStamp() if args.upstream_url else None,
+    )
+    async with gateway:
+        async with upstream_streams(args) as (upstream_read, upstream_write):
+            async with stdio_server() as (client_read, client_write):
+                closed = await proxy.serve(client_read, client_write, upstream_read, upstream_write)
+    if closed == "upstream":
+        print(f"mcp_proxy: the upstream server {args.name!r} closed the connection", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    upstream: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, upstream = argv[:at], argv[at + 1 :]
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway_client.mcp_proxy",
+        description="An MCP stdio server in front of an upstream MCP server: every tools/call asks the approval "
+        "gateway first.",
+        usage="%(prog)s --name NAME [options] -- UPSTREAM_COMMAND [ARGS...]\n"
+        "       %(prog)s --name NAME [options] --upstream-url URL",
+    )
+    parser.add_argument("--name", required=True, help="the upstream's name: its tools are NAME__TOOL in the gateway")
+    parser.add_argument("--url", default=os.environ.get("GATEWAY_URL"), help="gateway base URL (env GATEWAY_URL)")
+    parser.add_argument(
+        "--api-key", default=os.environ.get("GATEWAY_API_KEY"), help="agent API key (env GATEWAY_API_KEY)"
+    )
+    parser.add_argument("--session-id", help="the gateway session of every call (default: one per proxy process)")
+    parser.add_argument("--user-id", default=os.environ.get("GATEWAY_USER_ID"), help="who the calls are made for")
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=DEFAULT_MAX_WAIT,
+        help=f"seconds a call waits for a human before it is answered as still pending (default {DEFAULT_MAX_WAIT:g})",
+    )
+    parser.add_argument(
+        "--progress-interval",
+        type=float,
+        default=DEFAULT_PROGRESS_INTERVAL,
+        help=f"seconds between progress notifications while waiting (default {DEFAULT_PROGRESS_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--reconnect-for",
+        type=float,
+        default=DEFAULT_RECONNECT_FOR,
+        help=f"seconds to retry an unreachable gateway before a call fails closed (default {DEFAULT_RECONNECT_FOR:g})",
+    )
+    parser.add_argument("--upstream-url", help="an upstream MCP server over streamable HTTP, instead of a command")
+    parser.add_argument(
+        "--upstream-header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an HTTP header for --upstream-url (repeatable), e.g. 'Authorization: Bearer …'",
+    )
+    parser.add_argument("--log-level", default="WARNING", help="log level on stderr (default WARNING)")
+    args = parser.parse_args(argv)
+    args.upstream = upstream
+    if bool(upstream) == bool(args.upstream_url):
+        parser.error("give the upstream either as a command after -- or as --upstream-url, not both")
+    if not NAME_PATTERN.match(args.name) or "__" in args.name:
+        parser.error("--name must be letters, digits, - and _ (and no '__'), e.g. time")
+    if not args.url or not args.api_key:
+        parser.error("GATEWAY_URL and GATEWAY_API_KEY (or --url and --api-key) must be set")
+    if args.max_wait < 0 or args.progress_interval <= 0:
+        parser.error("--max-wait must be >= 0 and --progress-interval > 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="mcp_proxy %(levelname)s %(message)s")
+    try:
+        return anyio.run(run, args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The OpenAI Agents SDK (`openai-agents`) gated by the approval gateway, in one call::
+
+    from agents import Agent, Runner
+    from gateway_client import AsyncGatewayClient
+    from gateway_client.openai_agents import gate_agent
+
+    gateway = AsyncGatewayClient(GATEWAY_URL, GATEWAY_API_KEY, max_wait=300)
+    result = await Runner.run(gate_agent(agent, gateway), "Pay invoice INV-7")
+
+`gate_agent` returns a copy of the agent whose function tools ask the gateway
+before they run (`gate_tool` does it for one tool). Each gated tool wraps the
+tool's own invoker, so what the SDK does around it — argument validation,
+guardrails, hooks, tracing — is unchanged:
+
+- allow: the tool runs with the arguments the gateway answered (a hook may
+  have rewritten them); its output is reported (post-tool-use) and what the
+  gateway answers (e.g. cut by `truncate_result`) is what the model gets.
+- deny, reject, still pending at `max_wait`, or an unreachable gateway: the
+  tool does not run; the model gets the reason as the tool's output
+  (`pay_invoice was not run: rejected by bob: over budget`).
+- the tool raises: tool-error; `retry` runs it again, `recover` gives the model
+  the gateway's result, `abort` raises `ToolRunAborted` (the run stops), and
+  `raise` leaves the error to the tool's own `failure_error_function`.
+
+The gateway session is `session_id` (a string, or a function of the
+`ToolContext`); by default the run's trace group (`RunConfig(group_id=...)`),
+else the run's trace id — one session per `Runner.run` — and, with tracing
+off, one session per `gate_agent` call. See docs/integrations/openai-agents.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gateway_client.client import AsyncGatewayClient, GatewayClient
+from gateway_client.gating import ToolGate, ToolRunAborted, result_text
+
+try:
+    from agents import Agent, FunctionTool
+    from agents.tool import maybe_invoke_function_tool_failure_error_function
+    from agents.tool_context import ToolContext
+    from agents.tracing import get_current_trace
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("gateway_client.openai_agents needs the OpenAI Agents SDK: pip install openai-agents") from exc
+
+__all__ = ["ToolRunAborted", "gate_agent", "gate_tool", "tool_gate"]
+
+SessionId = str | Callable[[ToolContext[Any]], str] | None
+
+
+def tool_gate(
+    client: GatewayClient | AsyncGatewayClient | ToolGate,
+    *,
+    user_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    max_wait: float | None = None,
+) -> ToolGate:
+    """The `ToolGate` the gated tools share (pass a `ToolGate` through unchanged)."""
+    if isinstance(client, ToolGate):
+        return client
+    return ToolGate(
+        client,
+        user_id=user_id,
+        metadata={"source": "openai-agents", **(metadata or {})},
+        max_wait=max_wait,
+        key_prefix="openai-agents",
+    )
+
+
+def gate_agent(
+    agent: Agent[Any],
+    client: GatewayClient | AsyncGatewayClient | ToolGate,
+    *,
+    session_id: SessionId = None,
+    user_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    max_wait: float | None = None,
+    tool_prefix: str = "",
+    tools: Iterable[str] | None = None,
+) -> Agent[Any]:
+    """A copy of `agent` whose function tools (all, or those named in `tools`) ask the gateway first.
+
+    tool_prefix: prepended to the tool names the gateway sees (`billing__` → `billing__pay_invoice`).
+    Handoff agents are not changed: gate each agent. Tools of the agent's MCP servers are not
+    `FunctionTool`s here: put the gateway's MCP proxy in front of those servers instead.
+    """
+    gate = tool_gate(client, user_id=user_id, metadata=metadata, max_wait=max_wait)
+    only = set(tools) if tools is not None else None
+    gated = [
+        gate_tool(tool, gate, name=f"{tool_prefix}{tool.name}", session_id=session_id)
+        if isinstance(tool, FunctionTool) and (only is None or tool.name in only)
+        else tool
+        for tool in agent.tools
+    ]
+    return agent.clone(tools=gated)
+
+
+def gate_tool(
+    tool: FunctionTool,
+    client: GatewayClient | AsyncGatewayClient | ToolGate,
+    *,
+    name: str | None = None,
+    session_id: SessionId = None,
+) -> FunctionTool:
+    """A copy of `tool` that asks the gateway (as the tool `name`, default its own name) before it runs."""
+    gate = tool_gate(client)
+    gateway_name = name or tool.name
+    original = tool.on_invoke_tool
+    # Call beneath the SDK's failure handling, so a raising tool is seen (and reported) as a failure;
+    # the tool's own failure_error_function still formats the error when the gateway says `raise`.
+    invoke = getattr(original, "_invoke_tool_impl", original)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], input_json: str) -> Any:
+        try:
+            arguments = json.loads(input_json) if input_json else {}
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            return f"{tool.name} was not run: its arguments are not a JSON object"
+
+        async def run(tool_args: dict[str, Any]) -> Any:
+            return await invoke(ctx, input_json if tool_args == arguments else json.dumps(tool_args))
+
+        result = await gate.acall(
+            tool_name=gateway_name,
+            tool_args=arguments,
+            tool_call_id=ctx.tool_call_id,
+            session_id=_session(ctx, session_id),
+            run=run,
+            report=_reportable,
+        )
+        if result.status == "ran":
+            return result.value
+        if result.status == "replaced":
+            return result_text(result.result)
+        if result.status == "aborted":
+            raise ToolRunAborted(result.message, result)
+        if result.status == "failed":
+            if result.exception is None:
+                return result.value
+            message = await maybe_invoke_function_tool_failure_error_function(
+                function_tool=tool, context=ctx, error=result.exception
+            )
+            if message is None:  # the tool was made with failure_error_function=None: errors fail the run
+                raise result.exception
+            return message
+        return result.message  # refused or withheld
+
+    gated = copy.copy(tool)
+    gated.on_invoke_tool = on_invoke_tool
+    return gated
+
+
+def _session(ctx: ToolContext[Any], session_id: SessionId) -> str | None:
+    if callable(session_id):
+        return str(session_id(ctx))
+    if session_id:
+        return session_id
+    trace = get_current_trace()
+    group = getattr(trace, "group_id", None)
+    if group:
+        return f"openai-agents-{group}"
+    trace_id = getattr(trace, "trace_id", None)
+    if trace_id and trace_id != "no-op":
+        return f"openai-agents-{trace_id}"
+    return None  # the gate's own session
+
+
+def _reportable(output: Any) -> Any:
+    """A tool output as JSON for the gateway (pydantic outputs as their JSON)."""
+    if hasattr(output, "model_dump"):
+        try:
+            return output.model_dump(mode="json")
+        except Exception:
+            return str(output)
+    return output
