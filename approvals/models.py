@@ -34,6 +34,10 @@ class Agent(models.Model):
         default=new_webhook_secret,
         help_text="Signs decision webhooks sent to this agent's callback_url.",
     )
+    # Bumped by every change to what a tool call reads of the agent (its keys, its read-only
+    # switch, its hooks): a call served from a per-process cache is recorded only if it is still
+    # current (approvals.caches).
+    generation = models.PositiveBigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

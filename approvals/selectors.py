@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 
+from approvals.caches import KeyHolder, cache
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     Agent,
@@ -41,13 +42,44 @@ def api_key_lookup(*, raw_key: str) -> ApiKey | None:
     )
 
 
+def key_holder(*, raw_key: str) -> KeyHolder | None:
+    """Whose live key this is (cached per process while it hears changes); None if unknown or revoked."""
+    if not raw_key:
+        return None
+
+    def read() -> KeyHolder | None:
+        key = api_key_lookup(raw_key=raw_key)
+        if key is None:
+            return None
+        return KeyHolder(key.pk, key.agent_id, key.agent.name, key.agent.read_only, key.agent.generation)
+
+    return cache.key_holder(ApiKey.hash_key(raw_key), read)
+
+
 def agent_hooks(*, agent: Agent) -> tuple[int, list[Hook]]:
-    """The agent's current hook version and its built hooks (cached per version)."""
-    current = agent.config_versions.order_by("-version").values_list("version", "hooks").first()
-    if current is None:
-        return 0, []
-    version, hooks = current
-    return version, list(_built_hooks(json.dumps(hooks, sort_keys=True)))
+    """The agent's current hook version and its built hooks, as of `agent.generation` (cached per
+    process while it hears changes, and built once per content)."""
+
+    def current() -> tuple[int, tuple[Hook, ...]]:
+        found = agent.config_versions.order_by("-version").values_list("version", "hooks").first()
+        if found is None:
+            return 0, ()
+        version, hooks = found
+        return version, _built_hooks(json.dumps(hooks, sort_keys=True))
+
+    def read() -> tuple[int, int, tuple[Hook, ...]]:
+        generation = Agent.objects.filter(pk=agent.pk).values_list("generation", flat=True).first()
+        return (generation, *current())
+
+    if not cache.active():
+        version, hooks = current()
+        return version, list(hooks)
+    entry = cache.agent_hooks(agent.pk, read)
+    if entry[0] != agent.generation:  # cached under another generation than the caller's agent
+        cache.forget(f"agent:{agent.pk}")
+        entry = read()
+    _generation, version, hooks = entry
+    return version, list(hooks)
 
 
 @functools.lru_cache(maxsize=512)

@@ -2,7 +2,7 @@
 
 The one waiting primitive is `confirmation_states`: an async iterator over one
 request's states as its agent may see them. Every way an agent waits uses it —
-the long-poll and pre-tool-use with `wait_seconds` (`approvals.api.longpoll`),
+the long-poll and pre-tool-use with `wait_seconds` (`approvals.api.asgi`),
 the Claude Code HTTP hook (`approvals.api.claude_code`), both through
 `wait_for_final`, and the WebSocket (`approvals.consumers`).
 

@@ -15,12 +15,12 @@ apply_startup_config()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from approvals.api.longpoll import WaitingMiddleware  # noqa: E402
+from approvals.api.asgi import AgentApiMiddleware  # noqa: E402
 from gateway.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": WaitingMiddleware(django_asgi_app),
+        "http": AgentApiMiddleware(django_asgi_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

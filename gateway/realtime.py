@@ -14,6 +14,12 @@ reaches the processes that hold waiters.
 - NOTIFY is a hint, never the record: waiters re-check every few seconds, and
   all of them are re-checked after the listener reconnects. Without PostgreSQL
   (SQLite in `make run`) waiters poll.
+- The same listener hears `notify_config_changed`: writes to what the hot path
+  caches per process (API keys, agents, their hooks) announce themselves, and
+  the caches that registered with `on_config_changed` drop what changed.
+  `listening()` says whether this process hears them at all; a cache must not
+  serve anything while it does not (a reconnect tells every cache to forget
+  everything: changes may have been missed).
 
 A leaf module: it knows channels, payloads and futures, not what a request is.
 """
@@ -24,6 +30,7 @@ import asyncio
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -32,8 +39,39 @@ from django.db import connection
 logger = logging.getLogger("gateway.realtime")
 
 CHANNEL = "gateway_confirmation_changed"
+CONFIG_CHANNEL = "gateway_config_changed"
+EVERYTHING = "*"  # a config notification that concerns everything (and what a reconnect implies)
 # PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; keep a margin.
 PAYLOAD_LIMIT = 7900
+
+_config_callbacks: list[Callable[[str], None]] = []
+_connected_listeners = 0
+
+
+def notify_config_changed(what: str) -> None:
+    """Tell every server process that `what` (e.g. `agent:12`) changed; delivered at commit."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CONFIG_CHANNEL, what])
+
+
+def on_config_changed(callback: Callable[[str], None]) -> None:
+    """Call `callback(what)` on the event loop for every config notification (EVERYTHING after a reconnect)."""
+    _config_callbacks.append(callback)
+
+
+def listening() -> bool:
+    """True while this process's listener is connected: config notifications reach it."""
+    return _connected_listeners > 0
+
+
+def _config_changed(what: str) -> None:
+    for callback in _config_callbacks:
+        try:
+            callback(what)
+        except Exception:
+            logger.exception("a config-change callback failed for %r", what)
 
 
 def notify_sql(select_payloads: str, params: list[Any]) -> None:
@@ -110,6 +148,10 @@ class WaiterRegistry:
         """True when wake-ups are pushed (PostgreSQL); False means waiters must poll."""
         return settings.IS_POSTGRES
 
+    def ensure_listener(self) -> None:
+        """Start this process's listener on the running loop, if it has none (PostgreSQL only)."""
+        self._ensure_listener()
+
     def _ensure_listener(self) -> None:
         if not self.push_enabled:
             return
@@ -130,17 +172,28 @@ class Listener:
     async def _run(self) -> None:
         import psycopg
 
+        global _connected_listeners
         backoff = 0.5
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo(), autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {CONFIG_CHANNEL}")
                     self.connected.set()
+                    _connected_listeners += 1
                     backoff = 0.5
-                    # Anything decided while we were not listening: re-check every waiter.
+                    # Anything changed while we were not listening: caches forget, waiters re-check.
+                    _config_changed(EVERYTHING)
                     self.registry.wake_all()
-                    async for notify in conn.notifies():
-                        self.registry.wake(*parse_payload(notify.payload))
+                    try:
+                        async for notify in conn.notifies():
+                            if notify.channel == CHANNEL:
+                                self.registry.wake(*parse_payload(notify.payload))
+                            else:
+                                _config_changed(notify.payload)
+                    finally:
+                        _connected_listeners -= 1
+                        _config_changed(EVERYTHING)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # connection lost, server restart…

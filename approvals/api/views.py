@@ -1,7 +1,7 @@
 """The agent API (docs/reference/api.md): one APIView per operation, thin callers of services.
 
 `wait_seconds` on pre-tool-use and the `/wait` long-poll are served by the
-thin ASGI layer in `approvals.api.longpoll` without holding a thread; the
+thin ASGI layer in `approvals.api.asgi` without holding a thread; the
 views here answer at once (the `/wait` view is the same wait, for non-ASGI use).
 """
 
@@ -124,7 +124,7 @@ class ConfirmationDetailApi(APIView):
 
 
 class ConfirmationWaitApi(APIView):
-    """Long-poll. Under ASGI this path is served by `approvals.api.longpoll` without a thread."""
+    """Long-poll. Under ASGI this path is served by `approvals.api.asgi` without a thread."""
 
     @extend_schema(
         parameters=[OpenApiParameter("timeout", int, description="seconds to hold the request (default 25)")],

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from approvals import selectors
+from approvals.caches import config_changed
 from approvals.config_schema import GatewayConfig, stored_hooks
 from approvals.models import Agent, AgentConfigVersion, Channel
 from approvals.types import ApplySummary
@@ -25,9 +26,12 @@ def agent_create(*, name: str, read_only: bool = False) -> Agent:
     return Agent.objects.create(name=name, read_only=read_only)
 
 
+@transaction.atomic
 def agent_set_read_only(*, agent: Agent, read_only: bool) -> None:
+    """The switch readonly_guard hooks obey; every server process sees it from the commit on."""
     Agent.objects.filter(pk=agent.pk).update(read_only=read_only)
     agent.read_only = read_only
+    config_changed(agent.pk)
 
 
 @transaction.atomic
@@ -44,7 +48,9 @@ def agent_hooks_apply(*, agent: Agent, hooks: list[Any], source: str) -> AgentCo
     if current is not None and current.hooks == normalised:
         return None
     version = (current.version if current else 0) + 1
-    return AgentConfigVersion.objects.create(agent=agent, version=version, hooks=normalised, source=source[:200])
+    created = AgentConfigVersion.objects.create(agent=agent, version=version, hooks=normalised, source=source[:200])
+    config_changed(agent.pk)
+    return created
 
 
 @transaction.atomic

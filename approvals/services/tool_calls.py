@@ -1,25 +1,33 @@
 """Pre-tool-use: every tool call of every agent, decided by its hooks and recorded.
 
-The chain runs outside any transaction (hooks may do I/O: commands, webhooks);
-then one transaction writes the `ToolCall` (with each hook's decision and the
-config version) and, when a gate asks, the confirmation request with its event
-and card outbox row. An idempotency key seen before answers from the stored
-call: the same body gets the same answer (and the same request, never a second
-card); a different body is refused (422).
+The chain runs outside any transaction (hooks may do I/O: commands, webhooks).
+An allowed or denied call is then recorded with one INSERT of its `ToolCall`
+(each hook's decision, the config version); an asked one with one transaction
+that also writes the confirmation request, its event and its card outbox row.
+An idempotency key seen before answers from the stored call: the same body
+gets the same answer (and the same request, never a second card); a different
+body is refused (422).
+
+A call served from the per-process caches (`approvals.caches`) says under which
+generation of its agent it was served; it is recorded only if that is still
+the agent's generation (the condition rides on the same INSERT), else
+`StaleCache` is raised and the caller serves it afresh.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.caches import StaleCache
 from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, ConfirmationRequest, ToolCall
 from approvals.services.confirmations import confirmation_create
@@ -51,8 +59,13 @@ def tool_call_pre(
     callback_url: str = "",
     fingerprint: str = "",
     now: dt.datetime | None = None,
+    served_under: int | None = None,
 ) -> PreToolUseAnswer:
-    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so."""
+    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so.
+
+    `served_under`: the agent generation the caller's cached view of the agent is from
+    (None: the caller read the agent afresh). Raises StaleCache if it is no longer current.
+    """
     metadata = metadata or {}
     if idempotency_key:
         existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
@@ -89,45 +102,51 @@ def tool_call_pre(
         side_effects=outcome.side_effects,
         hook_decisions=outcome.hook_decisions,
     )
+    redacted = outcome.stored_args is not None
+    record = ToolCall(
+        agent=agent,
+        session_id=session_id,
+        turn_id=turn_id,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        tool_args=stored_args,
+        user_id=user_id,
+        metadata=metadata,
+        decision=answer.decision,
+        reason=answer.reason,
+        decided_by_hook=outcome.decided_by,
+        hook_decisions=outcome.hook_decisions,
+        config_version=version,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+    )
     try:
+        if outcome.ask is None:
+            # The allowed (or denied) call: one INSERT, in autocommit — no BEGIN/COMMIT round trips
+            # (a savepoint only when a caller already holds a transaction, so a lost race leaves it usable).
+            record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
+            with transaction.atomic() if transaction.get_connection().in_atomic_block else contextlib.nullcontext():
+                _insert(record, served_under)
+            return answer
         with transaction.atomic():
-            confirmation = None
-            if outcome.ask is not None:
-                confirmation = confirmation_create(
-                    agent=agent,
-                    spec=outcome.ask,
-                    session_id=session_id,
-                    tool_name=tool_name,
-                    stored_args=stored_args,
-                    tool_call_id=tool_call_id,
-                    user_id=user_id,
-                    metadata=metadata,
-                    config_version=version,
-                    callback_url=callback_url,
-                    now=now,
-                )
-                answer.confirmation_id = str(confirmation.id)
-            redacted = outcome.stored_args is not None
-            ToolCall.objects.create(
+            confirmation = confirmation_create(
                 agent=agent,
+                spec=outcome.ask,
                 session_id=session_id,
-                turn_id=turn_id,
-                tool_call_id=tool_call_id,
                 tool_name=tool_name,
-                tool_args=stored_args,
+                stored_args=stored_args,
+                tool_call_id=tool_call_id,
                 user_id=user_id,
                 metadata=metadata,
-                decision=answer.decision,
-                reason=answer.reason,
-                decided_by_hook=outcome.decided_by,
-                hook_decisions=outcome.hook_decisions,
                 config_version=version,
-                confirmation=confirmation,
-                idempotency_key=idempotency_key or None,
-                request_fingerprint=fingerprint,
-                # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
-                response={**answer.as_dict(), "tool_args": None if redacted else answer.tool_args},
+                callback_url=callback_url,
+                now=now,
             )
+            answer.confirmation_id = str(confirmation.id)
+            record.confirmation = confirmation
+            # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
+            record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
+            _insert(record, served_under)
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
         existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
@@ -135,6 +154,30 @@ def tool_call_pre(
             raise
         return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
     return answer
+
+
+def _insert(record: ToolCall, served_under: int | None) -> None:
+    """INSERT the record; with `served_under`, only if its agent's generation is still that (one statement)."""
+    if served_under is None:
+        record.save(force_insert=True)
+        return
+    fields = ToolCall._meta.local_concrete_fields
+    quote = connection.ops.quote_name
+    if connection.vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
+        placeholders = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+    else:
+        placeholders = ", ".join("%s" for _ in fields)
+    sql = (
+        f"INSERT INTO {quote(ToolCall._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"SELECT {placeholders} WHERE EXISTS (SELECT 1 FROM {quote(Agent._meta.db_table)} "
+        f"WHERE {quote('id')} = %s AND {quote('generation')} = %s)"
+    )
+    values = [field.get_db_prep_save(field.pre_save(record, add=True), connection=connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, record.agent_id, served_under])
+        if cursor.rowcount != 1:
+            raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
+    record._state.adding = False
 
 
 def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> PreToolUseAnswer:

@@ -1,13 +1,18 @@
-"""The waiting HTTP paths, served as coroutines in front of Django.
+"""The agent API's hot paths, served as coroutines in front of Django.
 
-`WaitingMiddleware` sits in front of Django's ASGI handler (`gateway.asgi`) and
-serves two paths itself:
+`AgentApiMiddleware` sits in front of Django's ASGI handler (`gateway.asgi`)
+and serves two paths itself:
 
-- `GET /api/v1/confirmations/<id>/wait?timeout=N` — the long-poll;
-- `POST /api/v1/hooks/pre-tool-use` with `wait_seconds` > 0 — Django answers
-  first (in its own thread, which is released at once); if the answer is
-  `pending`, the middleware holds the HTTP request as a coroutine until the
-  request is final or `wait_seconds` pass, then answers with the final decision.
+- `POST /api/v1/hooks/pre-tool-use` — every tool call of every agent. A
+  well-formed request from a live key is served here, without Django's
+  request cycle: the key's agent comes from the per-process cache
+  (`approvals.caches`), the body is validated by the same DRF serializer, and
+  `services.tool_call_pre` runs in a thread of its own pool (hooks may block).
+  With `wait_seconds` > 0 a pending answer is held as a coroutine until the
+  request is final or the time passes. Anything else — no key, an unknown or
+  revoked one, a malformed or invalid body — goes to Django and DRF, which
+  answer with the API's exact errors (`approvals.api.views.PreToolUseApi`).
+- `GET /api/v1/confirmations/<id>/wait?timeout=N` — the long-poll.
 
 Both wait on `approvals.waiting.wait_for_final`: no thread, no held database
 connection per waiting agent.
@@ -16,20 +21,33 @@ connection per waiting agent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 import re
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 
-from approvals import selectors
+from approvals import selectors, services
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
-from approvals.errors import InvalidInput
-from approvals.types import ConfirmationState
-from approvals.waiting import agent_id_for_key, parse_timeout, wait_for_final
+from approvals.api.views import PreToolUseApi
+from approvals.caches import KeyHolder, StaleCache, cache
+from approvals.errors import GatewayError, InvalidInput
+from approvals.models import Agent, ApiKey
+from approvals.types import ConfirmationState, PreToolUseAnswer
+from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
+from gateway.realtime import waiters
+
+logger = logging.getLogger("approvals.api")
+R = TypeVar("R")
 
 WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
@@ -41,8 +59,52 @@ def final_answer(confirmation: ConfirmationState, pending_answer: dict[str, Any]
     return {**pending_answer, "decision": final.decision, "reason": final.reason}
 
 
-class WaitingMiddleware:
-    """ASGI middleware: serves the waiting paths as coroutines, the rest goes to Django."""
+# Tool calls run here: hooks may block (a command, a webhook), so not on the event loop, and not
+# in the waiters' small read pool either.
+_CALL_THREADS = 8
+_call_executor = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefix="gateway-call")
+
+
+@functools.cache
+def in_call_thread(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
+    """`fn` run in the tool-call pool; its database connection goes back to the pool afterwards."""
+
+    def call(*args: Any, **kwargs: Any) -> R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return sync_to_async(call, thread_sensitive=False, executor=_call_executor)
+
+
+def _ask(holder: KeyHolder, validated: dict[str, Any], fingerprint: str) -> PreToolUseAnswer:
+    """What PreToolUseApi does once DRF has authenticated and validated: record use of the key, ask."""
+    services.api_key_touch_by_id(key_id=holder.key_id)
+    agent = Agent(
+        pk=holder.agent_id, name=holder.agent_name, read_only=holder.agent_read_only, generation=holder.generation
+    )
+    return services.tool_call_pre(
+        served_under=holder.generation,
+        agent=agent,
+        session_id=validated["session_id"],
+        tool_name=validated["tool_name"],
+        tool_args=validated["tool_args"],
+        tool_call_id=validated["tool_call_id"],
+        user_id=validated["user_id"],
+        metadata=validated["metadata"],
+        idempotency_key=validated["idempotency_key"],
+        callback_url=validated["callback_url"],
+        fingerprint=fingerprint,
+    )
+
+
+def _holder(raw_key: str) -> KeyHolder | None:
+    return selectors.key_holder(raw_key=raw_key)
+
+
+class AgentApiMiddleware:
+    """ASGI middleware: serves the agent API's hot paths as coroutines, the rest goes to Django."""
 
     def __init__(self, app):
         self.app = app
@@ -81,6 +143,10 @@ class WaitingMiddleware:
 
     async def _pre_tool_use(self, scope, receive, send) -> None:
         body = await _read_body(receive)
+        if await serve_pre_tool_use(scope, body, send):
+            return
+        # No key, an unknown or revoked one, a malformed or invalid body: Django and DRF answer,
+        # with the API's exact errors (and wait, if asked, as below).
         wait_seconds = _wait_seconds_of(body)
         replay = _replay_receive(body)
         if not wait_seconds:
@@ -99,6 +165,48 @@ class WaitingMiddleware:
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)
         await _send_json(send, 200, final_answer(confirmation, answer))
+
+
+async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
+    """Serve a well-formed pre-tool-use from a live key; False (nothing sent) for anything else."""
+    waiters.ensure_listener()  # the caches serve only while this process hears changes
+    raw_key = bearer_token(_header(scope, b"authorization"))
+    if not raw_key:
+        return False
+    holder = cache.peek_key_holder(ApiKey.hash_key(raw_key)) or await db_call(_holder)(raw_key)
+    if holder is None:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    serializer = PreToolUseApi.InputSerializer(data=data)
+    if not serializer.is_valid():
+        return False
+    validated = serializer.validated_data
+    try:
+        answer = await in_call_thread(_ask)(holder, validated, services.request_fingerprint(data))
+    except StaleCache:
+        cache.forget(f"agent:{holder.agent_id}")  # a change committed that this process has not heard yet
+        return False  # served afresh by Django, which reads the key and the agent from the database
+    except GatewayError as exc:
+        await _send_json(send, exc.status, error_body(exc.code, exc.message, exc.details))
+        return True
+    except Exception:
+        logger.exception("pre-tool-use failed for agent %s", holder.agent_name)
+        await _send_json(send, 500, error_body("internal_error", "the gateway failed while deciding; see its log"))
+        return True
+    result = answer.as_dict()
+    if result["decision"] == "pending" and validated["wait_seconds"] > 0:
+        state = await wait_for_final(
+            confirmation_id=answer.confirmation_id, agent_id=holder.agent_id, timeout=validated["wait_seconds"]
+        )
+        if state is not None and state.is_final:
+            result = final_answer(state, result)
+    await _send_json(send, 200, result)
+    return True
 
 
 def _wait_seconds_of(body: bytes) -> float:

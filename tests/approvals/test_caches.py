@@ -1,0 +1,99 @@
+"""The per-process caches of the hot path (approvals.caches): they save the reads, and never serve a
+change late — not even in the moment between a change's commit and its notification being heard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.db.models import F
+
+from approvals import services
+from approvals.caches import cache
+from approvals.models import Agent, AgentConfigVersion, ApiKey, ToolCall
+from gateway import realtime
+from tests.conftest import apply_config, make_agent_client
+from tests.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIG = """
+channels: [{name: web, kind: web}]
+agents:
+  - name: cached-bot
+    hooks:
+      - {kind: readonly_guard, tools: ["fs__write"]}
+"""
+
+
+@pytest.fixture
+def agent(live_gateway):
+    apply_config(CONFIG)
+    client = make_agent_client(live_gateway, "cached-bot")
+    # The first call starts the server's listener; from then on the caches serve.
+    assert client.pre_tool_use("fs__write", {}).json()["decision"] == "allow"
+    wait_until(realtime.listening, what="the server's listener to connect")
+    assert client.pre_tool_use("fs__write", {}).json()["decision"] == "allow"  # fills the caches
+    assert cache.peek_key_holder(ApiKey.hash_key(client.key)) is not None
+    yield client
+    client.http.close()
+
+
+def changed_unheard(agent: Agent, sql: str, params: list) -> None:
+    """Change the database as a service would, but with no notification: the server has not heard it."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    Agent.objects.filter(pk=agent.pk).update(generation=F("generation") + 1)
+
+
+def test_an_allowed_call_is_served_from_the_caches_without_reading_the_key(agent):
+    # Rename the key's hash behind the gateway's back (no service, no generation bump): a call that
+    # read the key would now be refused; served from the cache, it is not.
+    ApiKey.objects.filter(key_hash=ApiKey.hash_key(agent.key)).update(key_hash="0" * 64)
+
+    assert agent.pre_tool_use("web__search", {}).json()["decision"] == "allow"
+
+
+def test_a_key_revoked_but_not_yet_heard_of_is_refused_at_once(agent):
+    changed_unheard(agent.agent, "UPDATE approvals_apikey SET revoked_at = now() WHERE key_hash = %s",
+                    [ApiKey.hash_key(agent.key)])  # fmt: skip
+    calls = ToolCall.objects.count()
+
+    response = agent.pre_tool_use("web__search", {})
+
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+    assert ToolCall.objects.count() == calls  # nothing recorded for a revoked key
+
+
+def test_read_only_switched_on_but_not_yet_heard_of_blocks_the_next_call(agent):
+    changed_unheard(agent.agent, "UPDATE approvals_agent SET read_only = true WHERE id = %s", [agent.agent.pk])
+
+    answer = agent.pre_tool_use("fs__write", {}).json()
+
+    assert answer["decision"] == "deny"
+    assert "is read-only" in answer["reason"]
+
+
+def test_new_hooks_not_yet_heard_of_decide_the_next_call(agent):
+    current = AgentConfigVersion.objects.filter(agent=agent.agent).order_by("-version").first()
+    deny_all = [{**current.hooks[0], "name": "guard"}, {
+        "kind": "policy", "name": "no-search", "event": "pre_tool_use", "priority": 100, "tools": ["*"],
+        "when": None, "on_error": "fail_closed", "rules": [{"effect": "deny", "tools": ["web__search"],
+        "when": None, "reason": "no searching today"}], "default": "allow", "ask_via": None,
+    }]  # fmt: skip
+    changed_unheard(agent.agent, "INSERT INTO approvals_agentconfigversion (agent_id, version, hooks, source, "
+                    "created_at) VALUES (%s, %s, %s::jsonb, 'test', now())",
+                    [agent.agent.pk, current.version + 1, json.dumps(deny_all)])  # fmt: skip
+
+    answer = agent.pre_tool_use("web__search", {}).json()
+
+    assert (answer["decision"], answer["reason"]) == ("deny", "no searching today")
+    assert ToolCall.objects.order_by("-created_at").first().config_version == current.version + 1
+
+
+def test_a_revocation_through_the_service_is_heard_and_the_key_forgotten(agent):
+    services.api_key_revoke(api_key=ApiKey.objects.get(key_hash=ApiKey.hash_key(agent.key)))
+
+    wait_until(lambda: cache.peek_key_holder(ApiKey.hash_key(agent.key)) is None, what="the key to be forgotten")
+    assert agent.pre_tool_use("web__search", {}).status_code == 401
