@@ -111,8 +111,13 @@ class Approver:
             try:
                 confirmation_id = wait_until(first_pending, timeout=30, what="a pending request")
                 if when is not None:
-                    condition = getattr(when, "__name__", "the approver's cue")
-                    wait_until(lambda: when(confirmation_id), timeout=30, what=condition)
+                    try:
+                        condition = getattr(when, "__name__", "the approver's cue")
+                        wait_until(lambda: when(confirmation_id), timeout=30, what=condition)
+                    except BaseException:
+                        # Do not leave the agent waiting for the request's deadline: refuse, then fail the test.
+                        decide(confirmation_id, "reject", actor=actor, reason="the cue never came")
+                        raise
                 decide(confirmation_id, decision, actor=actor, reason=reason)
             except BaseException as exc:  # raised by join(), in the test
                 self.errors.append(exc)
