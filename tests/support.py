@@ -156,20 +156,23 @@ def waits(log: RequestLog, confirmation_id: Any, server: int | None = None) -> l
     return log.exchanges("GET", wait_path(confirmation_id), server)
 
 
-def answers(log: RequestLog, server: int | None = None) -> list[tuple[str, Any]]:
+def answers(log: RequestLog, confirmation_id: Any = None, server: int | None = None) -> list[tuple[str, Any]]:
     """What the gateway answered an agent, in order: ("ask", decision) for each pre-tool-use call and
-    ("wait", status) for each long-poll round; an error as (path, HTTP status). Unanswered requests are left out."""
+    ("wait", status) for each long-poll round; an error as (path, HTTP status). Only about this request
+    if `confirmation_id` is given, only from that start of the gateway if `server` is; unanswered
+    requests are left out."""
     found = []
     for exchange in log.exchanges(server=server):
         if not exchange.answered:
             continue
-        if exchange.status != 200:
-            found.append((exchange.path, exchange.status))
-        elif exchange.path == ASK_PATH:
-            found.append(("ask", exchange.json()["decision"]))
+        if exchange.path == ASK_PATH and exchange.status == 200:
+            body = exchange.json()
+            if confirmation_id is None or body.get("confirmation_id") == str(confirmation_id):
+                found.append(("ask", body["decision"]))
         elif exchange.path.startswith("/api/v1/confirmations/") and exchange.path.endswith("/wait"):
-            found.append(("wait", exchange.json()["status"]))
-        else:
+            if confirmation_id is None or exchange.path == wait_path(confirmation_id):
+                found.append(("wait", exchange.json()["status"] if exchange.status == 200 else exchange.status))
+        elif confirmation_id is None or str(confirmation_id) in exchange.path:
             found.append((exchange.path, exchange.status))
     return found
 

@@ -78,7 +78,7 @@ def test_the_sync_client_returns_an_approval_that_arrives_after_the_first_long_p
     assert decision.tool_args == {"command": "git push"}
     assert decision.confirmation_id == str(ConfirmationRequest.objects.get().pk)
     assert ToolCall.objects.count() == 1
-    assert_pending_rounds_then(answers(gateway_requests), "approved", "allow")
+    assert_pending_rounds_then(answers(gateway_requests, decision.confirmation_id), "approved", "allow")
 
 
 def test_the_async_client_returns_a_rejection_that_arrives_after_the_first_long_poll_round(
@@ -95,7 +95,7 @@ def test_the_async_client_returns_a_rejection_that_arrives_after_the_first_long_
     assert decision.denied
     assert decision.reason == "rejected by alice: not on main"
     assert not decision.still_pending and not decision.unreachable
-    assert_pending_rounds_then(answers(gateway_requests), "rejected", "deny")
+    assert_pending_rounds_then(answers(gateway_requests, decision.confirmation_id), "rejected", "deny")
 
 
 def parked_on(gateway: RestartableGateway, server: int) -> str:
