@@ -7,15 +7,21 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
+
+from tests.support import RequestLog
 
 pytest_plugins = ["tests.fakes.slack_api", "tests.fakes.feishu_api"]
 
 
 class LiveGateway:
-    """`gateway.asgi:application` under uvicorn in a thread, on 127.0.0.1:<free port>."""
+    """`gateway.asgi:application` under uvicorn in a thread, on 127.0.0.1:<free port>.
+
+    `requests` records what it serves while a test asks for it (the `gateway_requests` fixture).
+    """
 
     def __init__(self) -> None:
         import uvicorn
@@ -27,7 +33,8 @@ class LiveGateway:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(application, log_level="warning", lifespan="off", ws="websockets-sansio")
+        self.requests = RequestLog(application, recording=False)
+        config = uvicorn.Config(self.requests, log_level="warning", lifespan="off", ws="websockets-sansio")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name="live-gateway", daemon=True)
 
@@ -53,6 +60,13 @@ def live_gateway(django_db_setup, django_db_blocker):
     gateway = LiveGateway().start()
     yield gateway
     gateway.stop()
+
+
+@pytest.fixture
+def gateway_requests(live_gateway) -> Iterator[RequestLog]:
+    """What the live gateway serves during this test: each request, when, and what it answered."""
+    yield live_gateway.requests.start()
+    live_gateway.requests.stop()
 
 
 @pytest.fixture

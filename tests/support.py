@@ -1,7 +1,13 @@
-"""Small helpers shared by tests (not fixtures)."""
+"""Small helpers shared by tests (not fixtures): waiting for a condition, and seeing
+what the gateway running in this process is doing (who is parked waiting, which
+requests it served and what it answered)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,3 +22,197 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = 
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what or getattr(predicate, '__name__', predicate)}")
+
+
+class InThread:
+    """`fn(*args, **kwargs)` running in a daemon thread (an agent waiting for its decision) while the test
+    drives the gateway; `result()` is its return value, or its exception raised here."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = fn(*args, **kwargs)
+            except BaseException as exc:
+                self._error = exc
+
+        self.thread = threading.Thread(target=run, name=f"in-thread-{getattr(fn, '__name__', 'call')}", daemon=True)
+        self.thread.start()
+
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def result(self, timeout: float = 30.0) -> Any:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"still running after {timeout} s"
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def parked(confirmation_id: Any) -> bool:
+    """True while an agent is parked waiting on this request in a gateway served by this process
+    (the live gateway's uvicorn thread): its waiter is registered in `gateway.realtime.waiters`
+    and awaited, i.e. it has read the request and now sleeps until a wake-up.
+
+    Registration alone comes before the waiter's first read; parked comes after it, so anything
+    changed from now on is seen only through a wake-up (a notification, the re-check, its timer).
+    """
+    from gateway.realtime import waiters
+
+    # One C-level copy under the GIL: the server's thread may be adding or removing futures.
+    futures = tuple(waiters._waiters.get(str(confirmation_id), ()))
+    # A task awaiting a future is, for asyncio, the future's done callback (its wake-up).
+    return any(not future.done() and future._callbacks for future in futures)
+
+
+# --------------------------------------------------------------------------- what a test gateway served
+
+
+@dataclasses.dataclass
+class Exchange:
+    """One HTTP request a test gateway served: what was asked, by which start of the server, and the answer."""
+
+    server: int  # 1 for the first start of the gateway, 2 after a restart, ...
+    method: str
+    path: str
+    started: float  # time.monotonic() when the request reached the app
+    status: int | None = None
+    body: bytes = b""
+    ended: float | None = None  # when the whole answer was sent; None while in flight (or if it never was)
+
+    @property
+    def answered(self) -> bool:
+        return self.ended is not None
+
+    def json(self) -> Any:
+        assert self.ended is not None, f"{self.method} {self.path} has not been answered"
+        return json.loads(self.body)
+
+
+class RequestLog:
+    """A test-only ASGI wrapper: records every HTTP request the wrapped app serves (WebSockets pass through).
+
+    Lets a test wait for a step of a client's protocol ("its second /wait round has started") and
+    assert on what the gateway answered, instead of guessing either from the clock.
+    """
+
+    def __init__(self, app: Callable, *, recording: bool = True) -> None:
+        self.app = app
+        self.recording = recording
+        self.server = 1
+        self._exchanges: list[Exchange] = []
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not self.recording:
+            await self.app(scope, receive, send)
+            return
+        exchange = Exchange(self.server, scope["method"], scope["path"], time.monotonic())
+        self._exchanges.append(exchange)
+
+        async def recorded(message: dict) -> None:
+            await send(message)
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+            elif message["type"] == "http.response.body":
+                exchange.body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    exchange.ended = time.monotonic()
+
+        await self.app(scope, receive, recorded)
+
+    def start(self) -> RequestLog:
+        """Forget what was recorded and record from now on."""
+        self._exchanges = []
+        self.recording = True
+        return self
+
+    def stop(self) -> None:
+        self.recording = False
+        self._exchanges = []
+
+    def exchanges(self, method: str | None = None, path: str | None = None, server: int | None = None) -> list[Exchange]:
+        """The requests served so far, oldest first; only those with this method, path or server if given."""
+        return [
+            e
+            for e in list(self._exchanges)
+            if (method is None or e.method == method)
+            and (path is None or e.path == path)
+            and (server is None or e.server == server)
+        ]
+
+
+ASK_PATH = "/api/v1/hooks/pre-tool-use"
+
+
+def wait_path(confirmation_id: Any) -> str:
+    return f"/api/v1/confirmations/{confirmation_id}/wait"
+
+
+def waits(log: RequestLog, confirmation_id: Any, server: int | None = None) -> list[Exchange]:
+    """The long-poll rounds on this request, oldest first (the last one may still be in flight)."""
+    return log.exchanges("GET", wait_path(confirmation_id), server)
+
+
+def answers(log: RequestLog, confirmation_id: Any = None, server: int | None = None) -> list[tuple[str, Any]]:
+    """What the gateway answered an agent, in order: ("ask", decision) for each pre-tool-use call and
+    ("wait", status) for each long-poll round; an error as (path, HTTP status). Only about this request
+    if `confirmation_id` is given, only from that start of the gateway if `server` is; unanswered
+    requests are left out."""
+    found = []
+    for exchange in log.exchanges(server=server):
+        if not exchange.answered:
+            continue
+        if exchange.path == ASK_PATH and exchange.status == 200:
+            body = exchange.json()
+            if confirmation_id is None or body.get("confirmation_id") == str(confirmation_id):
+                found.append(("ask", body["decision"]))
+        elif exchange.path.startswith("/api/v1/confirmations/") and exchange.path.endswith("/wait"):
+            if confirmation_id is None or exchange.path == wait_path(confirmation_id):
+                found.append(("wait", exchange.json()["status"] if exchange.status == 200 else exchange.status))
+        elif confirmation_id is None or str(confirmation_id) in exchange.path:
+            found.append((exchange.path, exchange.status))
+    return found
+
+
+# --------------------------------------------------------------------------- a gateway that is down
+
+
+class DeadPort:
+    """Stands in for a gateway that is down, on its port: accepts each connection and closes it at once.
+
+    A client's attempt fails as it would against a dead gateway (the connection is dropped before any
+    answer), and the test can see that it was made: `attempts` counts them. Use as a context manager;
+    the port is free again on exit, for the real gateway to start on.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.attempts = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.thread = threading.Thread(target=self._drop_connections, name="dead-port", daemon=True)
+
+    def _drop_connections(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:  # shut down: the outage is over
+                return
+            connection.close()
+            self.attempts += 1
+
+    def wait_for_attempts(self, count: int = 1, timeout: float = 20.0) -> int:
+        return wait_until(lambda: self.attempts >= count and self.attempts, timeout, f"{count} connection attempt(s)")
+
+    def __enter__(self) -> DeadPort:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self.thread.join(timeout=10)
+        self.sock.close()

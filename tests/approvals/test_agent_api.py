@@ -5,19 +5,29 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
 from approvals.models import ConfirmationEvent, ConfirmationRequest, Outbox, ToolCall
 from tests.conftest import apply_config, decide, make_agent_client
+from tests.support import InThread, parked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def decide_later(confirmation_id: str, decision: str, delay: float = 0.3, **kw) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (time.sleep(delay), decide(confirmation_id, decision, **kw)))
-    thread.start()
-    return thread
+def decide_once_parked(confirmation_id: str, decision: str, **kw) -> InThread:
+    """An approver who decides from another thread once the agent is parked waiting on the request."""
+    from django.db import connection
+
+    def run() -> None:
+        try:
+            wait_until(lambda: parked(confirmation_id), what="the agent to wait")
+            decide(confirmation_id, decision, **kw)
+        finally:
+            connection.close()
+
+    return InThread(run)
 
 
 def test_an_ungated_tool_is_allowed_and_recorded(agent):
@@ -57,10 +67,11 @@ def test_a_gated_tool_is_pending_with_a_durable_request_and_a_card_row(agent):
 
 def test_an_approval_wakes_the_long_polling_agent(agent):
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 1}).json()["confirmation_id"]
-    decide_later(confirmation_id, "approve", actor="alice")
+    approver = decide_once_parked(confirmation_id, "approve", actor="alice")
 
     started = time.monotonic()
     body = agent.wait(confirmation_id, timeout=20).json()
+    approver.result()
 
     assert body["status"] == "approved"
     assert body["decided_by"] == "alice"
@@ -68,13 +79,20 @@ def test_an_approval_wakes_the_long_polling_agent(agent):
 
 
 def test_wait_seconds_holds_the_call_and_answers_with_the_decision(agent):
-    thread = threading.Thread(
-        target=lambda: (time.sleep(0.5), decide(ConfirmationRequest.objects.get().pk, "reject", reason="too much"))
-    )
-    thread.start()
+    def reject_once_held() -> None:
+        from django.db import connection
+
+        try:
+            confirmation_id = wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first())
+            wait_until(lambda: parked(confirmation_id), what="the call to be held")
+            decide(confirmation_id, "reject", reason="too much")
+        finally:
+            connection.close()
+
+    approver = InThread(reject_once_held)
 
     body = agent.pre_tool_use("oa__purchase_pay", {"amount": 80000}, wait_seconds=20).json()
-    thread.join()
+    approver.result()
 
     assert body["decision"] == "deny"
     assert body["reason"] == "rejected by alice: too much"
@@ -84,9 +102,10 @@ def test_wait_seconds_holds_the_call_and_answers_with_the_decision(agent):
 
 def test_a_rejection_reaches_the_agent_with_its_reason(agent):
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 1}).json()["confirmation_id"]
-    decide_later(confirmation_id, "reject", actor="bob", reason="not this quarter")
+    approver = decide_once_parked(confirmation_id, "reject", actor="bob", reason="not this quarter")
 
     body = agent.wait(confirmation_id).json()
+    approver.result()
 
     assert body["status"] == "rejected"
     assert body["reason"] == "not this quarter"
@@ -135,24 +154,36 @@ def test_the_beat_sweep_expires_due_requests_and_wakes_waiters(agent):
     from approvals.tasks import expire_due
 
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
-    ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now() + timezone.timedelta(seconds=1))
-    sweeper = threading.Thread(target=lambda: (time.sleep(1.2), expire_due.apply()))
-    sweeper.start()
+    other_id = agent.pre_tool_use("fs__delete", {"path": "/tmp/x"}).json()["confirmation_id"]  # not due: stays
+    waiting = InThread(agent.wait, confirmation_id, timeout=20)
+    # Parked: the waiter has read the request (due in 30 min) and sleeps until woken, so it
+    # will not expire the request itself; only the sweep can, and only its notification wakes it.
+    wait_until(lambda: parked(confirmation_id), what="the agent to wait")
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now() - timezone.timedelta(seconds=1))
 
-    body = agent.wait(confirmation_id, timeout=20).json()
-    sweeper.join()
+    assert expire_due.apply().get() == 1
+    body = waiting.result().json()
 
     assert body["status"] == "expired"
+    assert dict(ConfirmationRequest.objects.values_list("pk", "status")) == {
+        uuid.UUID(confirmation_id): "expired",
+        uuid.UUID(other_id): "pending",
+    }
+    assert ConfirmationEvent.objects.filter(kind="expired").count() == 1
     assert expire_due.apply().get() == 0  # nothing left to sweep
 
 
 def test_cancelling_wakes_the_waiter_and_a_second_cancel_is_a_conflict(agent):
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
-    threading.Thread(
-        target=lambda: (time.sleep(0.3), agent.http.post(f"/api/v1/confirmations/{confirmation_id}/cancel"))
-    ).start()
+
+    def cancel_once_parked() -> int:
+        wait_until(lambda: parked(confirmation_id), what="the agent to wait")
+        return agent.http.post(f"/api/v1/confirmations/{confirmation_id}/cancel").status_code
+
+    cancelling = InThread(cancel_once_parked)
 
     assert agent.wait(confirmation_id).json()["status"] == "cancelled"
+    assert cancelling.result() == 200
 
     again = agent.http.post(f"/api/v1/confirmations/{confirmation_id}/cancel")
     assert again.status_code == 409

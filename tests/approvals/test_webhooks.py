@@ -17,6 +17,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from approvals.models import ConfirmationEvent, Outbox
 from tests.conftest import AgentClient, decide
+from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,19 +182,32 @@ def test_the_beat_relay_sends_a_retry_the_worker_left_behind(agent, celery_worke
 
 @pytest.mark.parametrize("status", [404, 301])
 def test_a_receiver_that_refuses_or_redirects_is_not_retried(agent, celery_worker, status):
+    from approvals import services
+    from approvals.tasks import relay_outbox
+
     receiver = start_receiver([status], headers={"location": "http://127.0.0.1:9/elsewhere"})
     try:
         confirmation_id = ask_with_callback(agent, receiver.url)
         decide(confirmation_id, "approve", actor="alice")
         receiver.wait_for(1)
         events = webhook_events(confirmation_id, "webhook_failed")
-        time.sleep(1.5)  # longer than the first backoff: a retry would have arrived by now
+        row = wait_until(
+            lambda: Outbox.objects.filter(confirmation_id=confirmation_id, kind="webhook").exclude(status="pending").first(),
+            what="the webhook's delivery to be settled",
+        )
+        # Failed for good: every send starts by claiming a *pending* row, so none can follow.
+        # Neither beat's relay nor another run of the delivery task sends it again.
+        assert row.status == "failed"
+        assert row.pk not in services.outbox_due_ids()
+        assert relay_outbox.apply().get() == 0
+        assert services.outbox_deliver(outbox_id=row.pk).sent is False
         assert len(receiver.requests) == 1
     finally:
         receiver.server.shutdown()
 
     assert [(e.kind, e.data["attempt"]) for e in events] == [("webhook_failed", 1)]
-    assert Outbox.objects.get(confirmation_id=confirmation_id, kind="webhook").status == "failed"
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == ("failed", 1)
 
 
 def test_no_callback_url_means_no_webhook_row(agent):

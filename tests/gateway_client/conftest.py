@@ -1,5 +1,6 @@
 """Fixtures for the agent-side client: a gateway that restarts on the same port,
-an agent whose tools are allowed, rewritten, frozen or gated, and a human who decides later."""
+an agent whose tools are allowed, rewritten, frozen or gated, and a human who decides
+when the test says so."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import apply_config, decide
+from tests.support import DeadPort, RequestLog, wait_until
 
 # `command` hooks in the agent's config (Claude Code's hook protocol, run by the gateway).
 HTTPS_ONLY = (
@@ -85,26 +89,38 @@ def coder_key(transactional_db) -> str:
 
 
 class Approver:
-    """A human who answers the next pending request from another thread, after a delay."""
+    """A human who answers the next pending request from another thread: as soon as it exists,
+    or once `when(confirmation_id)` holds (e.g. `parked`: the agent is waiting for them)."""
 
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
 
-    def decides(self, decision: str, *, after: float = 0.0, reason: str = "", actor: str = "alice") -> None:
+    def decides(
+        self, decision: str, *, when: Callable[[str], Any] | None = None, reason: str = "", actor: str = "alice"
+    ) -> None:
         def run() -> None:
             from django.db import connection
 
             from approvals.models import ConfirmationRequest
 
+            def first_pending() -> str | None:
+                pending = ConfirmationRequest.objects.filter(status="pending").order_by("created_at").first()
+                return str(pending.pk) if pending is not None else None
+
             try:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    pending = ConfirmationRequest.objects.filter(status="pending").order_by("created_at").first()
-                    if pending is not None:
-                        time.sleep(after)
-                        decide(pending.pk, decision, actor=actor, reason=reason)
-                        return
-                    time.sleep(0.05)
+                confirmation_id = wait_until(first_pending, timeout=30, what="a pending request")
+                if when is not None:
+                    try:
+                        condition = getattr(when, "__name__", "the approver's cue")
+                        wait_until(lambda: when(confirmation_id), timeout=30, what=condition)
+                    except BaseException:
+                        # Do not leave the agent waiting for the request's deadline: refuse, then fail the test.
+                        decide(confirmation_id, "reject", actor=actor, reason="the cue never came")
+                        raise
+                decide(confirmation_id, decision, actor=actor, reason=reason)
+            except BaseException as exc:  # raised by join(), in the test
+                self.errors.append(exc)
             finally:
                 connection.close()
 
@@ -115,6 +131,9 @@ class Approver:
     def join(self) -> None:
         for thread in self.threads:
             thread.join(timeout=40)
+        assert not any(thread.is_alive() for thread in self.threads), "the approver never decided"
+        if self.errors:
+            raise self.errors[0]
 
 
 @pytest.fixture
@@ -125,14 +144,21 @@ def approver():
 
 
 class RestartableGateway:
-    """`gateway.asgi:application` under uvicorn in a thread, restartable on the same port."""
+    """`gateway.asgi:application` under uvicorn in a thread, restartable on the same port.
+
+    `requests` records every request it serves across restarts (`Exchange.server` says which start);
+    `down()` holds the port while it is stopped, so a test sees the client run into the outage.
+    """
 
     def __init__(self) -> None:
+        from gateway.asgi import application
+
         probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
         probe.close()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.requests = RequestLog(application)
         self.server = None
         self.thread: threading.Thread | None = None
         self.starts = 0
@@ -140,12 +166,11 @@ class RestartableGateway:
     def start(self) -> RestartableGateway:
         import uvicorn
 
-        from gateway.asgi import application
-
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the old server's port, at once
         sock.bind(("127.0.0.1", self.port))
-        config = uvicorn.Config(application, log_level="warning", lifespan="off", ws="websockets-sansio")
+        self.requests.server = self.starts + 1
+        config = uvicorn.Config(self.requests, log_level="warning", lifespan="off", ws="websockets-sansio")
         server = uvicorn.Server(config)
         thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
         thread.start()
@@ -159,23 +184,16 @@ class RestartableGateway:
         return self
 
     def stop(self) -> None:
+        """Stop as a deploy does: no new connections; requests in flight get their answer first."""
         if self.server is not None:
             self.server.should_exit = True
             self.thread.join(timeout=15)
             self.server = None
 
-    def restart_later(self, *, after: float, downtime: float) -> threading.Thread:
-        """Stop the gateway `after` seconds from now and start a new one `downtime` seconds later."""
-
-        def run() -> None:
-            time.sleep(after)
-            self.stop()
-            time.sleep(downtime)
-            self.start()
-
-        thread = threading.Thread(target=run, name="gateway-restart")
-        thread.start()
-        return thread
+    def down(self) -> DeadPort:
+        """While stopped: the port drops every connection, and counts the client's attempts."""
+        assert self.server is None, "stop the gateway first"
+        return DeadPort(self.port)
 
 
 @pytest.fixture

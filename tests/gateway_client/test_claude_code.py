@@ -19,6 +19,7 @@ from approvals.models import ConfirmationRequest, ToolCall
 from gateway_client.claude_code import REQUEST_TIMEOUT
 from tests.conftest import apply_config, decide
 from tests.gateway_client.conftest import new_api_key
+from tests.support import parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,7 +132,7 @@ def test_the_command_denies_with_the_hooks_reason(command):
 
 
 def test_the_command_waits_for_a_human_and_passes_on_the_rejection_and_its_reason(command, approver):
-    approver.decides("reject", after=0.5, reason="not on main")
+    approver.decides("reject", when=parked, reason="not on main")
 
     answer = command.answer(hook_json("Bash", {"command": "git push"}))
 
@@ -139,7 +140,7 @@ def test_the_command_waits_for_a_human_and_passes_on_the_rejection_and_its_reaso
 
 
 def test_the_command_allows_once_a_human_approves_during_the_wait(command, approver):
-    approver.decides("approve", after=0.5)
+    approver.decides("approve", when=parked)
 
     assert command.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by alice")
 
@@ -250,7 +251,7 @@ def test_the_http_form_answers_exactly_like_the_command(command, http_hook, scen
 
 
 def test_the_http_form_waits_for_a_human_and_passes_on_the_approval(http_hook, approver):
-    approver.decides("approve", after=0.5)
+    approver.decides("approve", when=parked)
 
     assert http_hook.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by alice")
 

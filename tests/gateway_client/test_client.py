@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -19,6 +20,8 @@ from gateway_client import (
     Unauthorized,
 )
 from tests.conftest import decide
+from tests.gateway_client.conftest import RestartableGateway
+from tests.support import InThread, RequestLog, answers, parked, wait_until, waits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,104 +48,157 @@ def test_an_ungated_call_is_allowed_at_once(gateway_client, live_gateway, coder_
     assert (call.tool_call_id, call.user_id, call.idempotency_key) == ("call_1", "u-1", decision.idempotency_key)
 
 
+def in_second_wait_round(log: RequestLog) -> Callable[[str], bool]:
+    """The approver's cue: the ask and a first /wait round ended pending, and the client is parked in the next."""
+
+    def in_second_wait_round(confirmation_id: str) -> bool:
+        return len(waits(log, confirmation_id)) >= 2 and parked(confirmation_id)
+
+    return in_second_wait_round
+
+
+def assert_pending_rounds_then(answered: list[tuple[str, str]], final: str, decision: str) -> None:
+    """The ask and at least one /wait round answered pending; then the round that saw `final`, and the ask again."""
+    assert answered[0] == ("ask", "pending")
+    assert answered[-2:] == [("wait", final), ("ask", decision)]
+    rounds = answered[1:-2]
+    assert rounds and set(rounds) == {("wait", "pending")}
+
+
 def test_the_sync_client_returns_an_approval_that_arrives_after_the_first_long_poll_round(
-    gateway_client, live_gateway, coder_key, approver
+    gateway_client, live_gateway, gateway_requests, coder_key, approver
 ):
-    approver.decides("approve", after=2.5)
+    approver.decides("approve", when=in_second_wait_round(gateway_requests))
     client = gateway_client(live_gateway.url, coder_key, long_poll=1)
 
-    started = time.monotonic()
     decision = client.pre_tool_use("s-1", "Bash", {"command": "git push"})
 
-    assert time.monotonic() - started >= 2.5  # the ask (1 s) and at least one /wait round (1 s) ended pending first
     assert decision.allowed
     assert decision.reason == "approved by alice"
     assert decision.tool_args == {"command": "git push"}
     assert decision.confirmation_id == str(ConfirmationRequest.objects.get().pk)
     assert ToolCall.objects.count() == 1
+    assert_pending_rounds_then(answers(gateway_requests, decision.confirmation_id), "approved", "allow")
 
 
 def test_the_async_client_returns_a_rejection_that_arrives_after_the_first_long_poll_round(
-    live_gateway, coder_key, approver
+    live_gateway, gateway_requests, coder_key, approver
 ):
-    approver.decides("reject", after=2.5, reason="not on main")
+    approver.decides("reject", when=in_second_wait_round(gateway_requests), reason="not on main")
 
     async def ask():
         async with AsyncGatewayClient(live_gateway.url, coder_key, long_poll=1) as client:
-            started = time.monotonic()
-            decision = await client.pre_tool_use("s-1", "Bash", {"command": "git push --force"})
-            return decision, time.monotonic() - started
+            return await client.pre_tool_use("s-1", "Bash", {"command": "git push --force"})
 
-    decision, waited = asyncio.run(ask())
+    decision = asyncio.run(ask())
 
-    assert waited >= 2.5
     assert decision.denied
     assert decision.reason == "rejected by alice: not on main"
     assert not decision.still_pending and not decision.unreachable
+    assert_pending_rounds_then(answers(gateway_requests, decision.confirmation_id), "rejected", "deny")
 
 
-def test_the_sync_client_keeps_waiting_across_a_gateway_restart(
-    gateway_client, restartable_gateway, coder_key, approver
-):
+def parked_on(gateway: RestartableGateway, server: int) -> str:
+    """Wait until the client's request is pending and the client is parked waiting on it in a request
+    served by start `server` of the gateway; returns the request's id."""
+    confirmation_id = str(wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first()))
+
+    def waiting_there() -> bool:
+        in_flight = [e for e in gateway.requests.exchanges(server=server) if not e.answered]
+        return bool(in_flight) and parked(confirmation_id)
+
+    wait_until(waiting_there, what=f"the client to wait on start {server} of the gateway")
+    return confirmation_id
+
+
+def restart_while_the_client_waits(gateway: RestartableGateway) -> str:
+    """The client waits on the gateway; it stops (the request in flight gets its answer, pending), the
+    client runs into the outage, a new gateway starts and the client waits on it. Returns the request's id."""
+    confirmation_id = parked_on(gateway, server=1)
+    gateway.stop()
+    with gateway.down() as outage:
+        outage.wait_for_attempts(1)
+    gateway.start()
+    parked_on(gateway, server=2)
+    return confirmation_id
+
+
+def test_the_sync_client_keeps_waiting_across_a_gateway_restart(gateway_client, restartable_gateway, coder_key):
     gateway = restartable_gateway.start()
-    restart = gateway.restart_later(after=1.5, downtime=1.5)
-    approver.decides("approve", after=4.5)  # after the new gateway is up
     client = gateway_client(gateway.url, coder_key, long_poll=1)
+    asking = InThread(client.pre_tool_use, "s-1", "Bash", {"command": "make deploy"})
 
-    decision = client.pre_tool_use("s-1", "Bash", {"command": "make deploy"})
-    restart.join()
+    confirmation_id = restart_while_the_client_waits(gateway)
+    decide(confirmation_id, "approve")  # after the new gateway is up
+    decision = asking.result()
 
     assert gateway.starts == 2
     assert decision.allowed
     assert decision.reason == "approved by alice"
     assert ConfirmationRequest.objects.count() == 1  # reconnecting never asked twice
+    before, after = answers(gateway.requests, server=1), answers(gateway.requests, server=2)
+    assert before[0] == ("ask", "pending") and set(before[1:]) <= {("wait", "pending")}
+    assert after[-2:] == [("wait", "approved"), ("ask", "allow")] and set(after[:-2]) <= {("wait", "pending")}
 
 
-def test_the_async_client_keeps_waiting_across_a_gateway_restart(restartable_gateway, coder_key, approver):
+def test_the_async_client_keeps_waiting_across_a_gateway_restart(restartable_gateway, coder_key):
     gateway = restartable_gateway.start()
-    restart = gateway.restart_later(after=1.5, downtime=1.5)
-    approver.decides("reject", after=4.5, reason="frozen")
 
     async def ask():
         async with AsyncGatewayClient(gateway.url, coder_key, long_poll=1) as client:
             return await client.pre_tool_use("s-1", "Bash", {"command": "make deploy"})
 
-    decision = asyncio.run(ask())
-    restart.join()
+    asking = InThread(asyncio.run, ask())
+    confirmation_id = restart_while_the_client_waits(gateway)
+    decide(confirmation_id, "reject", reason="frozen")
+    decision = asking.result()
 
     assert gateway.starts == 2
     assert decision.denied
     assert decision.reason == "rejected by alice: frozen"
     assert ConfirmationRequest.objects.count() == 1
+    before, after = answers(gateway.requests, server=1), answers(gateway.requests, server=2)
+    assert before[0] == ("ask", "pending") and set(before[1:]) <= {("wait", "pending")}
+    assert after[-2:] == [("wait", "rejected"), ("ask", "deny")] and set(after[:-2]) <= {("wait", "pending")}
 
 
 def test_a_decision_made_while_the_gateway_was_down_reaches_the_client_when_it_is_back(
-    gateway_client, restartable_gateway, coder_key, approver
+    gateway_client, restartable_gateway, coder_key
 ):
     gateway = restartable_gateway.start()
-    restart = gateway.restart_later(after=0.5, downtime=2.5)
-    approver.decides("approve", after=2.5)  # the old server is gone by then, the new one not yet up
     client = gateway_client(gateway.url, coder_key, long_poll=1)
+    asking = InThread(client.pre_tool_use, "s-1", "Bash", {"command": "ls"})
 
-    decision = client.pre_tool_use("s-1", "Bash", {"command": "ls"})
-    restart.join()
+    confirmation_id = parked_on(gateway, server=1)
+    gateway.stop()
+    with gateway.down() as outage:
+        decide(confirmation_id, "approve")  # the old server is gone, the new one not yet up
+        outage.wait_for_attempts(1)  # and the client is trying to reach it
+    gateway.start()
+    decision = asking.result()
 
     assert decision.allowed
     assert ConfirmationRequest.objects.count() == 1
+    before = answers(gateway.requests, server=1)
+    assert before[0] == ("ask", "pending") and set(before[1:]) <= {("wait", "pending")}
+    assert answers(gateway.requests, server=2) == [("wait", "approved"), ("ask", "allow")]
 
 
 def test_a_client_that_asks_while_the_gateway_is_down_gets_its_answer_once_it_is_up(
     gateway_client, restartable_gateway, coder_key
 ):
     gateway = restartable_gateway  # not started yet
-    starter = threading.Thread(target=lambda: (time.sleep(1.0), gateway.start()))
-    starter.start()
+    client = gateway_client(gateway.url, coder_key, reconnect_for=15)
 
-    decision = gateway_client(gateway.url, coder_key, reconnect_for=15).pre_tool_use("s-1", "Read", {"file_path": "a"})
-    starter.join()
+    with gateway.down() as outage:
+        asking = InThread(client.pre_tool_use, "s-1", "Read", {"file_path": "a"})
+        outage.wait_for_attempts(1)  # the client has asked, and found no gateway there
+    gateway.start()
+    decision = asking.result()
 
     assert decision.allowed
     assert not decision.unreachable
+    assert answers(gateway.requests) == [("ask", "allow")]  # asked again once the gateway was up, and only once
 
 
 def test_an_unreachable_gateway_denies_the_call_by_default(gateway_client, closed_port_url):

@@ -8,6 +8,7 @@ import pytest
 
 from approvals.models import ConfirmationRequest, ToolCall
 from gateway_client import AsyncGatewayClient, ToolDenied, requires_approval
+from tests.support import parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +41,7 @@ def test_an_allowed_function_runs_and_its_result_is_reported(gateway_client, liv
 
 def test_an_approved_function_runs_with_the_arguments_a_hook_rewrote(gateway_client, live_gateway, coder_key, approver):
     client = gateway_client(live_gateway.url, coder_key, long_poll=1)
-    approver.decides("approve", after=0.3)
+    approver.decides("approve", when=parked)
     acme = Vendor("acme")
     runs = []
 

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from django.core.management import call_command
 
 from approvals.models import ApiKey, ConfirmationRequest
 from tests.conftest import decide
+from tests.support import parked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +74,8 @@ def run_demo_agent(live_gateway, key: str, decision: str, reason: str = "") -> t
             lines.append(line)
             if line.strip().startswith(f"{live_gateway.url}/approvals/"):
                 confirmation_id = line.strip().rstrip("/").rsplit("/", 1)[1]
-                time.sleep(0.5)  # the agent is now long-polling
+                # The agent (its own process) long-polls the live gateway, which runs in this one.
+                wait_until(lambda: parked(confirmation_id), what="the demo agent to long-poll")
                 decide(confirmation_id, decision, actor="admin", reason=reason)
         code = process.wait(timeout=30)
     finally:
