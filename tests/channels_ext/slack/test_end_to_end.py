@@ -9,6 +9,7 @@ which FakeSlack also serves. Nothing of ours is mocked.
 
 from __future__ import annotations
 
+import math
 import copy
 import dataclasses
 import os
@@ -354,7 +355,7 @@ def _signed_301_seconds_ago(body: bytes, headers: dict[str, str]) -> tuple[bytes
 
 
 def _signed_301_seconds_ahead(body: bytes, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    return body, signed_slack_request(SIGNING_SECRET, body, timestamp=int(time.time()) + 301)
+    return body, signed_slack_request(SIGNING_SECRET, body, timestamp=math.ceil(time.time()) + 301)
 
 
 def _signed_with_another_secret(body: bytes, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
@@ -447,7 +448,7 @@ def test_a_correctly_signed_click_299_seconds_old_is_still_accepted(slack_agent,
         message_ts=card.ts,
     )
 
-    response = post_interaction(live_gateway, payload, timestamp=int(time.time()) - 299)
+    response = post_interaction(live_gateway, payload, timestamp=math.ceil(time.time()) - 299)
 
     assert response.status_code == 200
     assert ConfirmationRequest.objects.get().status == "approved"
