@@ -7,7 +7,7 @@ import dataclasses
 from celery import shared_task
 
 from approvals import services
-from approvals.services.records import DELIVER_OUTBOX_TASK
+from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
 
 
 @shared_task(name=DELIVER_OUTBOX_TASK, bind=True, max_retries=None, acks_late=True)
@@ -16,6 +16,18 @@ def deliver_outbox(self, outbox_id: int) -> None:
     result = services.outbox_deliver(outbox_id=outbox_id)
     if result.retry_in is not None:
         raise self.retry(countdown=result.retry_in)
+
+
+@shared_task(name=DELIVER_OUTBOX_BATCH_TASK, acks_late=True)
+def deliver_outbox_batch(outbox_ids: list[int]) -> int:
+    """Send outbox rows written together, one after another; a row that must wait comes back on its own."""
+    sent = 0
+    for outbox_id in outbox_ids:
+        result = services.outbox_deliver(outbox_id=outbox_id)
+        sent += result.sent
+        if result.retry_in is not None:
+            deliver_outbox.apply_async(args=[outbox_id], countdown=result.retry_in)
+    return sent
 
 
 @shared_task

@@ -199,6 +199,7 @@ def _resolve(future: asyncio.Future[Any]) -> None:
 # --------------------------------------------------------------------------- deadlines
 
 EXPIRY_BATCH = 500  # requests expired in one transaction
+EXPIRY_CONCURRENCY = 2  # batches in flight at once: one commits while the next is written
 EXPIRY_RETRY_SECONDS = 0.25  # a due request another transaction held is tried again this soon
 
 
@@ -214,6 +215,8 @@ class _ExpiryQueue:
         self._heap: list[tuple[float, str]] = []
         self._deadline_of: dict[str, float] = {}
         self._changed = asyncio.Event()
+        self._slots = asyncio.Semaphore(EXPIRY_CONCURRENCY)
+        self._batches: set[asyncio.Task] = set()
         self.task = loop.create_task(self._run(), name="gateway-expiry-queue")
 
     def schedule(self, confirmation_id: str, expires_at: dt.datetime) -> None:
@@ -237,9 +240,14 @@ class _ExpiryQueue:
                     await asyncio.wait_for(self._changed.wait(), delay)
                 self._changed.clear()
                 continue
+            await self._slots.acquire()
             due = self._take_due()
-            if due:
-                await self._expire(due)
+            if not due:
+                self._slots.release()
+                continue
+            batch = self.loop.create_task(self._expire(due))
+            self._batches.add(batch)  # keep a reference until it is done
+            batch.add_done_callback(self._batches.discard)
 
     def _take_due(self) -> list[str]:
         now, due = time.time(), []
@@ -259,6 +267,8 @@ class _ExpiryQueue:
         except Exception:
             logger.warning("expiring %d requests failed; retrying", len(due), exc_info=True)
             expired = set()
+        finally:
+            self._slots.release()
         if not waiters.push_enabled:  # no notification will come: wake them to read
             for confirmation_id in expired:
                 waiters.wake(confirmation_id)

@@ -314,13 +314,13 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         )
         if confirmation_ids is not None:
             due = due.filter(pk__in=confirmation_ids)
-        ids = list(due.order_by("expires_at").values_list("pk", flat=True)[:limit])
+        callbacks = dict(due.order_by("expires_at").values_list("pk", "callback_url")[:limit])
+        ids = list(callbacks)
         if not ids:
             return []
         ConfirmationRequest.objects.filter(pk__in=ids).update(
             status=Status.EXPIRED, decided_by=SYSTEM_ACTOR, decided_at=now, decision_reason=EXPIRED_REASON
         )
-        callbacks = dict(ConfirmationRequest.objects.filter(pk__in=ids).values_list("pk", "callback_url"))
         event_record_many(
             [
                 ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)

@@ -21,9 +21,11 @@ from gateway.celery import app
 
 logger = logging.getLogger("approvals.services")
 
-# The Celery task that delivers one outbox row (`approvals.tasks.deliver_outbox`), queued
-# by name so that writing a row needs no import of the tasks that run services.
+# The Celery tasks that deliver outbox rows (`approvals.tasks`), queued by name so that writing
+# a row needs no import of the tasks that run services: one row, or many written together.
 DELIVER_OUTBOX_TASK = "approvals.tasks.deliver_outbox"
+DELIVER_OUTBOX_BATCH_TASK = "approvals.tasks.deliver_outbox_batch"
+OUTBOX_BATCH = 200  # rows per message of a batch
 
 
 def event_record(
@@ -67,9 +69,11 @@ def event_record_many(events: list[ConfirmationEvent]) -> None:
 
 def outbox_add_many(rows: list[Outbox]) -> None:
     """Write several outbox rows whose dedupe keys cannot exist yet (e.g. each request's redraw for a
-    state it just entered) in one statement, and queue each for delivery after commit."""
-    created = Outbox.objects.bulk_create(rows)
-    transaction.on_commit(lambda: [enqueue(DELIVER_OUTBOX_TASK, row.pk) for row in created], robust=True)
+    state it just entered) in one statement, and queue them for delivery after commit, a batch per
+    message (thousands of requests expiring at once are thousands of rows, not thousands of messages)."""
+    created = [row.pk for row in Outbox.objects.bulk_create(rows)]
+    batches = [created[i : i + OUTBOX_BATCH] for i in range(0, len(created), OUTBOX_BATCH)]
+    transaction.on_commit(lambda: [enqueue(DELIVER_OUTBOX_BATCH_TASK, batch) for batch in batches], robust=True)
 
 
 def enqueue(task_name: str, *args: Any) -> None:
