@@ -25,6 +25,8 @@ def main() -> int:
     os.chdir(ROOT)
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+    # Links in cards and on the welcome screen point where this server listens (GATEWAY_HOST/PORT).
+    env.setdefault("GATEWAY_PUBLIC_URL", f"http://{HOST}:{PORT}")
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(
