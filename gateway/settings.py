@@ -167,6 +167,14 @@ GATEWAY_WAIT_RECHECK_SECONDS = env_int("GATEWAY_WAIT_RECHECK_SECONDS", 5)
 GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = env_int("GATEWAY_OUTBOX_RELAY_AFTER_SECONDS", 10)
 GATEWAY_OUTBOX_MAX_ATTEMPTS = env_int("GATEWAY_OUTBOX_MAX_ATTEMPTS", 8)
 GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS = env_int("GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS", 86400)
+# Retention (docs/audit.md): 0 keeps everything; N > 0 makes beat purge records older than N days, daily.
+GATEWAY_RETENTION_DAYS = env_int("GATEWAY_RETENTION_DAYS", 0)
+if GATEWAY_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured(
+        f"GATEWAY_RETENTION_DAYS must be 0 (keep everything) or a number of days, got {GATEWAY_RETENTION_DAYS}"
+    )
+if GATEWAY_RETENTION_DAYS:
+    CELERY_BEAT_SCHEDULE["purge-old-records"] = {"task": "approvals.tasks.purge_old_records", "schedule": 86400.0}
 
 # --- DRF -------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -294,10 +294,12 @@ def confirmation_expire_due(*, limit: int = 500) -> int:
             ConfirmationRequest.objects.select_for_update(skip_locked=True)
             .filter(status=Status.PENDING, expires_at__lte=timezone.now())
             .order_by("expires_at")
-            .values_list("pk", flat=True)[:limit]
+            .values_list("pk", "agent_id")[:limit]
         )
+        # By agent: two sweeps take the agents' audit heads in the same order, never in a circle.
+        due.sort(key=lambda item: item[1])
         expired = 0
-        for pk in due:
+        for pk, _agent_id in due:
             expired += confirmation_transition(pk, Status.EXPIRED, decided_by=SYSTEM_ACTOR, reason=EXPIRED_REASON)
     return expired
 

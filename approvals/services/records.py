@@ -1,6 +1,7 @@
 """The records written beside a change, in its transaction: its events and its outbox rows.
 
-An event is one line of a request's append-only history. An outbox row is work
+An event is one line of a request's append-only history, linked into its
+agent's tamper-evident chain in the same transaction (docs/audit.md). An outbox row is work
 to do outside the database (post a card, redraw the cards, remind the
 approvers, POST a webhook): written with the change, queued for a worker once
 the change commits, and re-sent by beat's relay if no worker ever picked it up.
@@ -13,7 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.models import AuditAction, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.services.audit import audit_append
 from gateway.celery import app
 
 logger = logging.getLogger("approvals.services")
@@ -32,11 +34,17 @@ def event_record(
     message: str = "",
     data: dict[str, Any] | None = None,
 ) -> None:
-    """Append one event to a request's history (`confirmation`: the row or its id)."""
-    confirmation_id = confirmation.pk if isinstance(confirmation, ConfirmationRequest) else confirmation
-    ConfirmationEvent.objects.create(
-        confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
-    )
+    """Append one event to a request's history (`confirmation`: the row or its id) and to its agent's chain."""
+    if isinstance(confirmation, ConfirmationRequest):
+        confirmation_id, agent_id = confirmation.pk, confirmation.agent_id
+    else:
+        confirmation_id = confirmation
+        agent_id = ConfirmationRequest.objects.values_list("agent_id", flat=True).get(pk=confirmation_id)
+    with transaction.atomic(savepoint=False):
+        event = ConfirmationEvent.objects.create(
+            confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
+        )
+        audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=event)
 
 
 def outbox_add(

@@ -2,7 +2,7 @@
 
 The chain runs outside any transaction (hooks may do I/O: commands, webhooks);
 then one transaction writes the `ToolCall` (with each hook's decision and the
-config version) and, when a gate asks, the confirmation request with its event
+config version, linked into the agent's tamper-evident chain: docs/audit.md) and, when a gate asks, the confirmation request with its event
 and card outbox row. An idempotency key seen before answers from the stored
 call: the same body gets the same answer (and the same request, never a second
 card); a different body is refused (422).
@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.errors import IdempotencyMismatch
-from approvals.models import Agent, ConfirmationRequest, ToolCall
+from approvals.models import Agent, AuditAction, ConfirmationRequest, ToolCall
+from approvals.services.audit import audit_append
 from approvals.services.confirmations import confirmation_create
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
@@ -108,7 +109,7 @@ def tool_call_pre(
                 )
                 answer.confirmation_id = str(confirmation.id)
             redacted = outcome.stored_args is not None
-            ToolCall.objects.create(
+            call = ToolCall.objects.create(
                 agent=agent,
                 session_id=session_id,
                 turn_id=turn_id,
@@ -128,6 +129,7 @@ def tool_call_pre(
                 # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
                 response={**answer.as_dict(), "tool_args": None if redacted else answer.tool_args},
             )
+            audit_append(agent_id=agent.pk, action=AuditAction.ASKED, row=call)  # last: holds the chain's head briefly
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
         existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
