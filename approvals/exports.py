@@ -24,10 +24,12 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from approvals import selectors
@@ -153,6 +155,19 @@ def export_lines(records: Iterable[dict[str, Any]], fmt: str) -> Iterator[str]:
     yield line(CSV_HEADER)
     for record in records:
         yield line(csv_cells(record))
+
+
+async def export_lines_async(lines: Iterator[str], *, batch: int = 200) -> AsyncIterator[str]:
+    """`lines` for an ASGI response, a batch at a time: Django would read a plain iterator into a
+    list first. Each batch is read in Django's one thread for sync code, so the server-side cursor
+    (and its connection) stay the same from the first batch to the last."""
+
+    def take() -> list[str]:
+        return list(itertools.islice(lines, batch))
+
+    while chunk := await sync_to_async(take, thread_sensitive=True)():
+        for line in chunk:
+            yield line
 
 
 CONTENT_TYPES = {"jsonl": "application/x-ndjson; charset=utf-8", "csv": "text/csv; charset=utf-8"}

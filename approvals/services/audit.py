@@ -126,10 +126,9 @@ def audit_purge(*, older_than: dt.timedelta, now: dt.datetime | None = None) -> 
     audit entries older than `older_than`, agent by agent, keeping every chain verifiable.
 
     Per agent, in one transaction holding its chain's head: the chain is cut at
-    its last entry older than the cut-off. A tool call goes when it is that old,
-    no entry about it is above the cut and it is not waiting on a pending
-    request; a request goes when it is that old, final, none of its events is
-    newer or linked above the cut, and its tool call goes too. A row that stays
+    its last entry older than the cut-off. A tool call and its confirmation
+    request go together, when both are that old, the request is final, and
+    nothing about either (an event, a completion) is newer. A row that stays
     but whose latest entry is at or below the cut (a pending request's events,
     say) gets a fresh `retained` entry above it. Then the entries up to the cut
     go and an `AuditCheckpoint` records the hash at the cut. Refuses
@@ -164,17 +163,19 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     cut = cut_entry["seq"]
     old = AuditEntry.objects.filter(agent_id=agent_id, seq__lte=cut)
     newer = AuditEntry.objects.filter(agent_id=agent_id, seq__gt=cut)
-    calls = (
-        ToolCall.objects.filter(agent_id=agent_id, created_at__lt=cutoff)
-        .exclude(Exists(newer.filter(tool_call_id=OuterRef("pk"))))
-        .exclude(confirmation__status="pending")
-    )
-    requests = (
+    # A tool call and its request go together or not at all: both old, the request final, nothing
+    # about either linked above the cut (an old request decided yesterday keeps its call).
+    settled = (
         ConfirmationRequest.objects.filter(agent_id=agent_id, created_at__lt=cutoff, status__in=FINAL_STATUSES)
         .exclude(Exists(newer.filter(event__confirmation_id=OuterRef("pk"))))
         .exclude(Exists(ConfirmationEvent.objects.filter(confirmation_id=OuterRef("pk"), created_at__gte=cutoff)))
-        .filter(Q(tool_call__isnull=True) | Q(tool_call__in=calls.values("pk")))
     )
+    calls = (
+        ToolCall.objects.filter(agent_id=agent_id, created_at__lt=cutoff)
+        .exclude(Exists(newer.filter(tool_call_id=OuterRef("pk"))))
+        .filter(Q(confirmation__isnull=True) | Q(confirmation__in=settled.values("pk")))
+    )
+    requests = settled.filter(Q(tool_call__isnull=True) | Q(tool_call__in=calls.values("pk")))
 
     # Rows that stay and whose latest entry is about to be cut away: link them again, above the cut.
     kept_calls = (
