@@ -461,7 +461,8 @@ class OutboxAdmin(ReadOnlyAdmin):
 def hooks_as_text(hooks: list[dict[str, Any]]) -> str:
     """An agent's stored hooks as YAML for editing, defaults left out (they are filled in on save)."""
     try:
-        compact = [h.model_dump(mode="json", exclude_defaults=True) for h in validate_agent_hooks(hooks)]
+        validated = validate_agent_hooks(hooks, check_outbound=False)  # shown, not applied
+        compact = [h.model_dump(mode="json", exclude_defaults=True) for h in validated]
     except ConfigError:
         compact = hooks  # stored under an older schema: show it as it is
     if not compact:

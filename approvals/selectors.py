@@ -52,7 +52,8 @@ def agent_hooks(*, agent: Agent) -> tuple[int, list[Hook]]:
 @functools.lru_cache(maxsize=512)
 def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
     """Hooks built from a stored hook list; cached by content, so a new version builds anew."""
-    return tuple(build(validate_agent_hooks(json.loads(hooks_json))))
+    # Stored lists were checked when applied; the outbound guard checks each call they make.
+    return tuple(build(validate_agent_hooks(json.loads(hooks_json), check_outbound=False)))
 
 
 def channel_names() -> set[str]:

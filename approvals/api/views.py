@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from approvals import selectors, services
 from approvals.errors import InvalidInput
 from approvals.waiting import parse_timeout, wait_for_final
+from gateway.outbound import OutboundRefused, check_url
 
 
 class StrictCharField(serializers.CharField):
@@ -82,6 +83,15 @@ class PreToolUseApi(APIView):
         def validate_wait_seconds(self, value: int) -> int:
             if value > settings.GATEWAY_WAIT_MAX_SECONDS:
                 raise serializers.ValidationError(f"must be at most {settings.GATEWAY_WAIT_MAX_SECONDS}")
+            return value
+
+        def validate_callback_url(self, value: str) -> str:
+            """The outbound guard, at the time the URL is given; the webhook's connection is checked again."""
+            if value:
+                try:
+                    check_url(value)
+                except OutboundRefused as exc:
+                    raise serializers.ValidationError(f"refused: {exc.message}") from None
             return value
 
     @extend_schema_serializer(component_name="PreToolUseOutput")
