@@ -170,20 +170,22 @@ def checked_addresses(host: str, port: int) -> list[str]:
     return addresses
 
 
+LOCALHOST_NAMES = ("localhost", "localhost.")  # loopback by definition (RFC 6761), never asked of DNS
+
+
 def check_url(url: str) -> None:
-    """Config time: refuse (OutboundRefused) a URL whose host is, or now resolves to, an address the guard
-    refuses. A name that does not resolve here passes: it is checked again on every connection."""
+    """Config time: refuse (OutboundRefused) a URL whose host is an address the guard refuses, or
+    `localhost`. No DNS is asked here: a name is checked, by what it resolves to then, on every
+    connection (`guarded_client`), so configuring never waits on DNS or leaks to it."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme not in ("http", "https") or not host:
         raise OutboundRefused("must be an http or https URL")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise OutboundRefused("has an invalid port") from None
-    try:
-        addresses = resolve(host, port)
-    except (OSError, UnicodeError):
+    if host in LOCALHOST_NAMES:
+        addresses = ["127.0.0.1"]
+    elif parse_address(host) is not None:
+        addresses = [host]
+    else:
         return
     why = refusal(host, addresses)
     if why:

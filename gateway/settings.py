@@ -206,6 +206,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Human-in-the-loop approval gateway for AI agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: JSON Schema proper (`propertyNames`, `null` as a type), to state what the server refuses.
+    "OAS_VERSION": "3.1.0",
 }
 
 # --- Misc ------------------------------------------------------------------

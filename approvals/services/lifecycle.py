@@ -130,7 +130,9 @@ def hook_event_run(
                 else {"error": ctx.error, "action": verdict.action, "attempt": ctx.attempt}
             ),
             result_size=result_size(verdict.result),
-            duration_ms=duration_ms if duration_ms is not None else int(ctx.elapsed_seconds * 1000),
+            duration_ms=(
+                duration_ms if duration_ms is not None else min(int(ctx.elapsed_seconds * 1000), MAX_DURATION_MS)
+            ),
             turn_id=ctx.turn_id,
             decisions=decisions,
             now=now,
@@ -161,6 +163,9 @@ def hook_event_run(
     return {"side_effects": chain.side_effects}
 
 
+MAX_DURATION_MS = 2**31 - 1  # what `ToolCall.duration_ms` holds (24.8 days); longer is recorded as that
+
+
 def result_size(result: Any) -> int:
     """The size of a result as the model reads it: characters of its text (JSON for non-strings)."""
     return len(result_text(result)) if result is not None else 0
@@ -171,7 +176,7 @@ def _ms_since_allowed(call: ToolCall, now: dt.datetime) -> int:
     allowed_at = call.created_at
     if call.confirmation is not None and call.confirmation.decided_at is not None:
         allowed_at = call.confirmation.decided_at
-    return max(0, int((now - allowed_at).total_seconds() * 1000))
+    return min(max(0, int((now - allowed_at).total_seconds() * 1000)), MAX_DURATION_MS)
 
 
 def _tool_call_complete(

@@ -176,14 +176,29 @@ def test_the_allow_list_takes_networks_addresses_and_host_names():
             AllowList.parse([bad])
 
 
-@pytest.mark.parametrize(
-    "url",
-    ["http://169.254.169.254/latest/meta-data/", "http://10.0.0.1:8080/", "https://[fd00::1]/x", "http://[::ffff:a9fe:a9fe]/",
-     "http://0.0.0.0:80/", "http://2130706433/"],  # the last is 127.0.0.1 as one decimal number
-)  # fmt: skip
-def test_the_guarded_client_refuses_them_without_connecting(url, loopback_refused):
+REFUSED_URLS = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.1:8080/",
+    "https://[fd00::1]/x",
+    "http://[::ffff:a9fe:a9fe]/",
+    "http://0.0.0.0:80/",
+    "http://localhost:8080/",
+]
+
+
+@pytest.mark.parametrize("url", REFUSED_URLS)
+def test_urls_naming_such_addresses_are_refused_when_configured(url, loopback_refused):
     with pytest.raises(OutboundRefused, match=r"a (cloud metadata service|private|unique local|loopback|unspecified)"):
         check_url(url)
+
+
+def test_configuring_a_name_asks_no_dns(resolver, loopback_refused):
+    resolver["policy.example"] = ["127.0.0.1"]  # it would resolve to loopback…
+    check_url("https://policy.example/decide")  # …but that is checked when connecting, not here
+
+
+@pytest.mark.parametrize("url", [*REFUSED_URLS, "http://2130706433/"])  # the last: 127.0.0.1 as one number
+def test_the_guarded_client_refuses_them_without_connecting(url, loopback_refused):
     with guarded_client(timeout=2) as client, pytest.raises(OutboundRefused):
         client.get(url)
 
@@ -203,10 +218,10 @@ def test_it_connects_to_the_address_it_checked_and_names_the_host(resolver, sett
     assert listener.requests == [{"path": "/ping", "host": f"svc.test:{listener.port}", "body": b""}]
 
 
-def test_a_name_that_rebinds_to_loopback_after_the_check_is_refused_when_connecting(resolver, loopback_refused, listener):
+def test_a_name_that_rebinds_to_loopback_is_refused_when_connecting(resolver, loopback_refused, listener):
     resolver["rebind.test"] = [PUBLIC]
     check_url(listener.url("rebind.test"))  # configured while it pointed somewhere public
-    resolver["rebind.test"] = ["127.0.0.1"]
+    resolver["rebind.test"] = ["127.0.0.1"]  # then rebound
     with guarded_client(timeout=2) as client, pytest.raises(OutboundRefused, match="rebind.test resolves to 127.0.0.1"):
         client.post(listener.url("rebind.test"), content=b"{}")
     assert listener.connections == 0
