@@ -57,7 +57,12 @@ def unstorable_path(value: Any, path: str = "") -> str | None:
 
 
 class StrictCharField(serializers.CharField):
-    """A string, and only a string: 5 is a type error, not "5". Never NUL (U+0000) or a lone surrogate."""
+    """A string, and only a string: 5 is a type error, not "5". Never NUL (U+0000) or a lone surrogate.
+    Kept exactly as sent (no trimming): ids are opaque, and the record is what was asked."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
