@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -41,10 +42,11 @@ def free_port() -> int:
 def gateway_process(transactional_db):
     """The gateway as it runs in production: its own uvicorn process, on the test database."""
     db = settings.DATABASES["default"]
+    login = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": f"postgres://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "GATEWAY_LOG_LEVEL": "ERROR",
     }
     port = free_port()
