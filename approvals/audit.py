@@ -20,7 +20,7 @@ import decimal
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db.models import Exists, F, OuterRef, Subquery
@@ -296,9 +296,3 @@ def _after_head(agent_id: int) -> int:
     head = AuditHead.objects.filter(agent_id=agent_id).values_list("seq", flat=True).first()
     return (head or 0) + 1
 
-
-def chain_heads() -> Iterator[tuple[str, int, str]]:
-    """(agent name, seq, hash) of every chain's head: publish these to prove the record later."""
-    names = dict(Agent.objects.values_list("pk", "name"))
-    for head in AuditHead.objects.order_by("agent_id"):
-        yield names.get(head.agent_id, str(head.agent_id)), head.seq, head.hash
