@@ -20,14 +20,16 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince, timeuntil
 
-from approvals import selectors, services
+from approvals import exports, selectors, services
 from approvals.models import (
     Agent,
     AgentConfigVersion,
@@ -390,11 +392,34 @@ class ToolCallAdmin(ReadOnlyAdmin):
         "completed_at",
     )  # fmt: skip
 
+    change_list_template = "admin/approvals/toolcall/change_list.html"
+
     def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str):
         results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
         if search_term.strip():
             results = results | search_by_uuid(queryset, search_term)
         return results, may_have_duplicates
+
+    def get_urls(self):
+        export = self.admin_site.admin_view(self.export_view)
+        return [path("export/", export, name="approvals_toolcall_export"), *super().get_urls()]
+
+    def export_view(self, request: HttpRequest) -> StreamingHttpResponse:
+        """The list as filtered (filters, search, dates), streamed as `export_audit` writes it (docs/audit.md)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        request.GET = request.GET.copy()
+        fmt = request.GET.pop("format", ["jsonl"])[-1]
+        if fmt not in exports.FORMATS:
+            fmt = "jsonl"
+        queryset = self.get_changelist_instance(request).get_queryset(request)
+        lines = exports.export_lines(exports.audit_records(queryset), fmt)
+        if isinstance(request, ASGIRequest):  # served by the ASGI server: stream without a list in between
+            lines = exports.export_lines_async(lines)
+        response = StreamingHttpResponse(lines, content_type=exports.CONTENT_TYPES[fmt])
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        response["Content-Disposition"] = f'attachment; filename="tool-calls-{stamp}.{fmt}"'
+        return response
 
     @admin.display(description="tool arguments (as stored)")
     def arguments(self, obj: ToolCall) -> str:
@@ -436,7 +461,8 @@ class OutboxAdmin(ReadOnlyAdmin):
 def hooks_as_text(hooks: list[dict[str, Any]]) -> str:
     """An agent's stored hooks as YAML for editing, defaults left out (they are filled in on save)."""
     try:
-        compact = [h.model_dump(mode="json", exclude_defaults=True) for h in validate_agent_hooks(hooks)]
+        validated = validate_agent_hooks(hooks, check_outbound=False)  # shown, not applied
+        compact = [h.model_dump(mode="json", exclude_defaults=True) for h in validated]
     except ConfigError:
         compact = hooks  # stored under an older schema: show it as it is
     if not compact:

@@ -17,7 +17,6 @@ from approvals.models import (
     Agent,
     ApiKey,
     Channel,
-    ConfirmationEvent,
     ConfirmationRequest,
     Outbox,
     OutboxKind,
@@ -85,7 +84,8 @@ def agent_hooks(*, agent: Agent) -> tuple[int, list[Hook]]:
 @functools.lru_cache(maxsize=512)
 def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
     """Hooks built from a stored hook list; cached by content, so a new version builds anew."""
-    return tuple(build(validate_agent_hooks(json.loads(hooks_json))))
+    # Stored lists were checked when applied; the outbound guard checks each call they make.
+    return tuple(build(validate_agent_hooks(json.loads(hooks_json), check_outbound=False)))
 
 
 def channel_names() -> set[str]:
@@ -280,10 +280,18 @@ def tool_call_audit(*, tool_call_id: str) -> dict[str, Any]:
         ids = ", ".join(str(c.pk) for c in calls)
         raise NotFound(f"{tool_call_id!r} names several tool calls; give one id: {ids}")
     call = ToolCall.objects.select_related("agent", "confirmation", "confirmation__channel").get(pk=calls[0].pk)
+    return tool_call_record(call)
 
-    def iso(value: dt.datetime | None) -> str | None:
-        return value.isoformat() if value else None
 
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def tool_call_record(call: ToolCall) -> dict[str, Any]:
+    """One ToolCall as an audit record: what was asked, every hook's decision with the config version,
+    who decided (the approval with its responses and events), what ran. `describe_toolcall --json`
+    prints it; `export_audit` streams it (with the call's agent, confirmation, its channel, responses and
+    events fetched beforehand, so building a record reads nothing more)."""
     approval = None
     if call.confirmation is not None:
         c = call.confirmation
@@ -297,22 +305,22 @@ def tool_call_audit(*, tool_call_id: str) -> dict[str, Any]:
             "config_version": c.config_version,
             "reason": c.reason,
             "decided_by": c.decided_by or None,
-            "decided_at": iso(c.decided_at),
+            "decided_at": _iso(c.decided_at),
             "decision_reason": c.decision_reason,
-            "expires_at": iso(c.expires_at),
+            "expires_at": _iso(c.expires_at),
             "responses": [
                 {
                     "approver": r.approver,
                     "decision": r.decision,
                     "reason": r.reason,
                     "channel": r.channel,
-                    "at": iso(r.created_at),
+                    "at": _iso(r.created_at),
                 }
                 for r in c.responses.all()
             ],
             "events": [
-                {"kind": e.kind, "actor": e.actor, "channel": e.channel, "message": e.message, "at": iso(e.created_at)}
-                for e in ConfirmationEvent.objects.filter(confirmation=c)
+                {"kind": e.kind, "actor": e.actor, "channel": e.channel, "message": e.message, "at": _iso(e.created_at)}
+                for e in c.events.all()
             ],
         }
     return {
@@ -339,6 +347,6 @@ def tool_call_audit(*, tool_call_id: str) -> dict[str, Any]:
         "result": call.result,
         "result_size": call.result_size,
         "duration_ms": call.duration_ms,
-        "created_at": iso(call.created_at),
-        "completed_at": iso(call.completed_at),
+        "created_at": _iso(call.created_at),
+        "completed_at": _iso(call.completed_at),
     }

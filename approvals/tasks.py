@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 from celery import shared_task
+from django.conf import settings
 
 from approvals import services
 from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
@@ -49,3 +51,14 @@ def expire_due() -> int:
 def run_timers() -> dict[str, int]:
     """Beat, every ~5 s: send due reminders and escalations; drop expired hook state."""
     return dataclasses.asdict(services.confirmation_timers_due())
+
+
+@shared_task
+def purge_old_records() -> dict[str, int]:
+    """Beat, daily when GATEWAY_RETENTION_DAYS is set: `manage.py purge --older-than` that many days."""
+    result = services.audit_purge(older_than=dt.timedelta(days=settings.GATEWAY_RETENTION_DAYS))
+    return {
+        "tool_calls": result.tool_calls_removed,
+        "confirmations": result.confirmations_removed,
+        "entries": result.entries_removed,
+    }

@@ -26,6 +26,7 @@ import datetime as dt
 import functools
 import heapq
 import logging
+import math
 import time
 import uuid
 import weakref
@@ -91,7 +92,7 @@ def parse_timeout(raw: str | None) -> float:
         value = float(raw)  # type: ignore[arg-type]
     except ValueError:
         raise InvalidInput("timeout must be a number of seconds", details={"timeout": [f"not a number: {raw!r}"]}) from None
-    if value < 0 or value > settings.GATEWAY_WAIT_MAX_SECONDS:
+    if not math.isfinite(value) or value < 0 or value > settings.GATEWAY_WAIT_MAX_SECONDS:
         raise InvalidInput(
             f"timeout must be between 0 and {settings.GATEWAY_WAIT_MAX_SECONDS}",
             details={"timeout": ["out of range"]},

@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from gateway.addresses import AllowList
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GATEWAY_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -43,6 +45,11 @@ def env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
+
+
+def env_list(name: str) -> tuple[str, ...]:
+    """A comma-separated list; empty entries dropped."""
+    return tuple(item.strip() for item in (os.environ.get(name) or "").split(",") if item.strip())
 
 
 def _secret_key() -> str:
@@ -167,6 +174,22 @@ GATEWAY_WAIT_RECHECK_SECONDS = env_int("GATEWAY_WAIT_RECHECK_SECONDS", 5)
 GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = env_int("GATEWAY_OUTBOX_RELAY_AFTER_SECONDS", 10)
 GATEWAY_OUTBOX_MAX_ATTEMPTS = env_int("GATEWAY_OUTBOX_MAX_ATTEMPTS", 8)
 GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS = env_int("GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS", 86400)
+# Retention (docs/audit.md): 0 keeps everything; N > 0 makes beat purge records older than N days, daily.
+GATEWAY_RETENTION_DAYS = env_int("GATEWAY_RETENTION_DAYS", 0)
+if GATEWAY_RETENTION_DAYS < 0:
+    raise ImproperlyConfigured(
+        f"GATEWAY_RETENTION_DAYS must be 0 (keep everything) or a number of days, got {GATEWAY_RETENTION_DAYS}"
+    )
+if GATEWAY_RETENTION_DAYS:
+    CELERY_BEAT_SCHEDULE["purge-old-records"] = {"task": "approvals.tasks.purge_old_records", "schedule": 86400.0}
+
+# Networks and host names the gateway may call on someone's behalf although they are not public
+# (callback_url, webhook hooks, inject_tool_result and MCP sources): CIDRs, addresses, host names.
+GATEWAY_OUTBOUND_ALLOW = env_list("GATEWAY_OUTBOUND_ALLOW")
+try:
+    AllowList.parse(GATEWAY_OUTBOUND_ALLOW)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"GATEWAY_OUTBOUND_ALLOW: {exc}") from None
 
 # --- DRF -------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -183,6 +206,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Human-in-the-loop approval gateway for AI agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: JSON Schema proper (`propertyNames`, `null` as a type), to state what the server refuses.
+    "OAS_VERSION": "3.1.0",
 }
 
 # --- Misc ------------------------------------------------------------------

@@ -112,3 +112,8 @@ class HookConfigBase(Strict):
     def references(self) -> list[Reference]:
         """The names this hook refers to (gates, channels); checked by `hooks.registry.validate_agent_hooks`."""
         return []
+
+    def outbound_urls(self) -> list[tuple[str, str]]:
+        """(key path, URL) of each URL this hook will call on the agent's behalf; checked by
+        `hooks.registry.validate_agent_hooks` against the outbound guard (`gateway.outbound.check_url`)."""
+        return []

@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 from pydantic import BaseModel, Field
 
 from gateway.configfile import ConfigError, ConfigProblem, check_unique_names, validate_tagged
+from gateway.outbound import OutboundRefused, check_url
 from hooks.base import EVENTS, Hook
 from hooks.config import HookConfigBase
 
@@ -80,25 +81,34 @@ def validate_agent_hooks(
     *,
     channel_names: Collection[str] | None = None,
     path_prefix: str = "hooks",
+    check_outbound: bool = True,
 ) -> list[HookConfigBase]:
     """Validate one agent's hook list and fill in default names; raise ConfigError naming every problem.
 
     `channel_names` are the channels the hooks may name; None skips that check.
     Problems have paths under `path_prefix` (`agents[0].hooks` inside a whole file).
+    `check_outbound` refuses URLs the outbound guard refuses (a hook list being
+    applied); a stored list being built skips it (the guard checks every call).
     """
     if not isinstance(hooks, list):
         raise ConfigError([ConfigProblem(path_prefix, "must be a list")])
     problems: list[ConfigProblem] = []
-    validated = collect_hooks(hooks, path_prefix, channel_names, problems)
+    validated = collect_hooks(hooks, path_prefix, channel_names, problems, check_outbound=check_outbound)
     if problems:
         raise ConfigError(problems)
     return validated
 
 
 def collect_hooks(
-    raw_hooks: list[Any], path: str, channel_names: Collection[str] | None, problems: list[ConfigProblem]
+    raw_hooks: list[Any],
+    path: str,
+    channel_names: Collection[str] | None,
+    problems: list[ConfigProblem],
+    *,
+    check_outbound: bool = True,
 ) -> list[HookConfigBase]:
-    """Validate each hook, name the unnamed, then check the references between one agent's hooks.
+    """Validate each hook, name the unnamed, then check the references between one agent's hooks
+    and (with `check_outbound`) the URLs they will call.
 
     Problems are appended to `problems`; the valid hooks are returned.
     """
@@ -114,7 +124,18 @@ def collect_hooks(
         _check_gate_references(hooks, problems)
     if channel_names is not None:
         _check_channel_references(hooks, channel_names, problems)
+    if check_outbound:
+        _check_outbound_urls(hooks, problems)
     return [hook for _, hook in hooks]
+
+
+def _check_outbound_urls(hooks: list[tuple[str, HookConfigBase]], problems: list[ConfigProblem]) -> None:
+    for hook_path, hook in hooks:
+        for key, url in hook.outbound_urls():
+            try:
+                check_url(url)
+            except OutboundRefused as exc:
+                problems.append(ConfigProblem(f"{hook_path}.{key}", f"refused: {exc.message}"))
 
 
 def _check_gate_references(hooks: list[tuple[str, HookConfigBase]], problems: list[ConfigProblem]) -> None:

@@ -27,6 +27,8 @@ def main() -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
     # Links in cards and on the welcome screen point where this server listens (GATEWAY_HOST/PORT).
     env.setdefault("GATEWAY_PUBLIC_URL", f"http://{HOST}:{PORT}")
+    # On one's own machine the demo's webhooks and tools are local: let the gateway call loopback.
+    env.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(

@@ -216,6 +216,8 @@ def _wait_seconds_of(body: bytes) -> float:
     except ValueError:
         return 0
     value = data.get("wait_seconds") if isinstance(data, dict) else None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0 is the integer 5, as the view reads it too
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return 0
     return min(value, settings.GATEWAY_WAIT_MAX_SECONDS)

@@ -19,6 +19,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals import services
+from approvals.api.schema import error_responses
+from approvals.api.views import StrictSerializer
 from approvals.config_schema import config_json_schema, parse_config_text
 from approvals.errors import GatewayError, InvalidInput, NotFound
 from approvals.models import Agent
@@ -68,10 +70,13 @@ def _agent_config(agent: Agent) -> dict[str, Any]:
 class AgentHooksApi(StaffOnly, APIView):
     """Read or replace one agent's hooks. A replacement is validated whole and becomes a new version."""
 
-    body = inline_serializer(
-        "AgentHooksInput",
-        {"hooks": serializers.ListField(child=serializers.DictField(), help_text="The ordered hook list (docs/reference/config.md).")},
-    )
+    class AgentHooksInput(StrictSerializer):
+        hooks = serializers.ListField(
+            child=serializers.DictField(),
+            help_text="The ordered hook list, validated whole like the config file's `agents[].hooks` "
+            "(docs/reference/config.md; its JSON Schema: GET /api/v1/hooks/schema).",
+        )
+
     output = inline_serializer(
         "AgentHooks",
         {
@@ -83,11 +88,17 @@ class AgentHooksApi(StaffOnly, APIView):
         },
     )
 
-    @extend_schema(responses=output, summary="An agent's current hooks and their version")
+    @extend_schema(
+        responses={200: output, **error_responses(401, 403, 404)}, summary="An agent's current hooks and their version"
+    )
     def get(self, request, name):
         return Response(_agent_config(_agent(name)))
 
-    @extend_schema(request=body, responses=output, summary="Validate and apply an agent's hooks")
+    @extend_schema(
+        request=AgentHooksInput,
+        responses={200: output, **error_responses(400, 401, 403, 404)},
+        summary="Validate and apply an agent's hooks",
+    )
     def put(self, request, name):
         if not isinstance(request.data, dict) or set(request.data) != {"hooks"}:
             raise InvalidInput('the body must be a JSON object with one key, "hooks"')
@@ -110,14 +121,17 @@ class ConfigValidateApi(StaffOnly, APIView):
 
     @extend_schema(
         request={"application/yaml": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
-        responses=inline_serializer(
-            "ConfigValid",
-            {
-                "valid": serializers.BooleanField(),
-                "channels": serializers.ListField(child=serializers.CharField()),
-                "agents": serializers.ListField(child=serializers.CharField()),
-            },
-        ),
+        responses={
+            200: inline_serializer(
+                "ConfigValid",
+                {
+                    "valid": serializers.BooleanField(),
+                    "channels": serializers.ListField(child=serializers.CharField()),
+                    "agents": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            **error_responses(400, 401, 403),
+        },
         summary="Validate a config file",
     )
     def post(self, request):

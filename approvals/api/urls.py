@@ -12,10 +12,17 @@ EVENTS = {
     "session-end": "session_end",
 }
 
+# The events about one allowed call (their input names it; 404 / 409 when it was never announced / allowed).
+COMPLETION_EVENTS = {"post_tool_use", "tool_error"}
+
 urlpatterns = [
     path("hooks/pre-tool-use", views.PreToolUseApi.as_view(), name="api-pre-tool-use"),
     *[
-        path(f"hooks/{slug}", views.HookEventApi.as_view(event=event), name=f"api-{slug}")
+        path(
+            f"hooks/{slug}",
+            (views.CompletionEventApi if event in COMPLETION_EVENTS else views.HookEventApi).as_view(event=event),
+            name=f"api-{slug}",
+        )
         for slug, event in EVENTS.items()
     ],
     path("confirmations/<str:confirmation_id>", views.ConfirmationDetailApi.as_view(), name="api-confirmation"),

@@ -7,34 +7,103 @@ views here answer at once (the `/wait` view is the same wait, for non-ASGI use).
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals import selectors, services
+from approvals.api.schema import callback_url_pattern, error_responses
 from approvals.errors import InvalidInput
 from approvals.waiting import parse_timeout, wait_for_final
+from gateway.outbound import OutboundRefused, check_url
+
+
+def storable_text(value: str) -> bool:
+    """Whether PostgreSQL can store this string: UTF-8 encodable (no lone surrogates) and no NUL."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unstorable_path(value: Any, path: str = "") -> str | None:
+    """Where in a JSON value a string (key or value) is not `storable_text`, or None."""
+    if isinstance(value, str):
+        return None if storable_text(value) else (path or "the value")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not storable_text(str(key)):
+                return f"a key in {path or 'the object'}"
+            found = unstorable_path(item, where)
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = unstorable_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
 
 
 class StrictCharField(serializers.CharField):
-    """A string, and only a string: 5 is a type error, not "5"."""
+    """A string, and only a string: 5 is a type error, not "5". Never NUL (U+0000) or a lone surrogate.
+    Kept exactly as sent (no trimming): ids are opaque, and the record is what was asked."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
+        if not storable_text(data):
+            raise serializers.ValidationError("must not contain NUL (U+0000) characters or lone surrogates")
         return super().to_internal_value(data)
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """An integer, and only an integer: "5" and true are type errors."""
+    """An integer, and only an integer: "5", 1.5 and true are type errors; 5.0 is 5, as JSON Schema
+    counts it (the OpenAPI document says `integer`)."""
 
     def to_internal_value(self, data):
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class JsonObjectField(serializers.DictField):
+    """A JSON object whose strings PostgreSQL can store (no NUL, no lone surrogates)."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        where = unstorable_path(value)
+        if where:
+            raise serializers.ValidationError(f"{where}: must not contain NUL (U+0000) characters or lone surrogates")
+        return value
+
+
+class JsonValueField(serializers.JSONField):
+    """Any JSON value whose strings PostgreSQL can store."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        where = unstorable_path(value)
+        if where:
+            raise serializers.ValidationError(f"{where}: must not contain NUL (U+0000) characters or lone surrogates")
+        return value
 
 
 class StrictSerializer(serializers.Serializer):
@@ -45,6 +114,27 @@ class StrictSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({k: ["unknown field"] for k in sorted(unknown)})
         return attrs
+
+
+class CallbackUrlField(StrictCharField):
+    """The decision webhook's URL (`callback_url_pattern`), under the outbound guard: a host that is
+    a non-public address is refused now, a name again when the webhook connects."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=2000, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value:
+            try:
+                check_url(value)
+            except OutboundRefused as exc:
+                raise serializers.ValidationError(f"refused: {exc.message}") from None
+            if not re.fullmatch(callback_url_pattern(), value):
+                raise serializers.ValidationError(
+                    "must be an http or https URL naming its host (docs/reference/api.md)"
+                )
+        return value
 
 
 class ConfirmationOutput(serializers.Serializer):
@@ -66,23 +156,32 @@ class HookDecisionOutput(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class StrictFloatField(serializers.FloatField):
+    """A number, and only a number: "5" and true are type errors."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class PreToolUseApi(APIView):
     @extend_schema_serializer(component_name="PreToolUseInput")
     class InputSerializer(StrictSerializer):
-        session_id = StrictCharField(max_length=200)
-        tool_name = StrictCharField(max_length=200)
-        tool_args = serializers.DictField(required=False, default=dict)
+        session_id = StrictCharField(min_length=1, max_length=200)
+        tool_name = StrictCharField(min_length=1, max_length=200)
+        tool_args = JsonObjectField(required=False, default=dict)
         tool_call_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
         user_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        metadata = serializers.DictField(required=False, default=dict)
-        idempotency_key = StrictCharField(max_length=255, required=False, allow_null=True, default=None)
-        wait_seconds = StrictIntegerField(min_value=0, required=False, default=0)
-        callback_url = serializers.URLField(max_length=2000, required=False, allow_blank=True, default="")
-
-        def validate_wait_seconds(self, value: int) -> int:
-            if value > settings.GATEWAY_WAIT_MAX_SECONDS:
-                raise serializers.ValidationError(f"must be at most {settings.GATEWAY_WAIT_MAX_SECONDS}")
-            return value
+        metadata = JsonObjectField(required=False, default=dict)
+        idempotency_key = StrictCharField(
+            max_length=255, required=False, allow_blank=True, allow_null=True, default=None,
+            help_text="The same key from the same agent answers the same (docs/reference/api.md); blank = none.",
+        )  # fmt: skip
+        wait_seconds = StrictIntegerField(
+            min_value=0, max_value=settings.GATEWAY_WAIT_MAX_SECONDS, required=False, default=0
+        )
+        callback_url = CallbackUrlField(required=False, allow_blank=True, default="")
 
     @extend_schema_serializer(component_name="PreToolUseOutput")
     class OutputSerializer(serializers.Serializer):
@@ -94,7 +193,11 @@ class PreToolUseApi(APIView):
         hook_decisions = HookDecisionOutput(many=True)
         result = serializers.JSONField(required=False)
 
-    @extend_schema(request=InputSerializer, responses=OutputSerializer, summary="Ask before a tool call")
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: OutputSerializer, **error_responses(400, 401, 422)},
+        summary="Ask before a tool call",
+    )
     def post(self, request):
         if not isinstance(request.data, dict):
             raise InvalidInput("the body must be a JSON object")
@@ -109,15 +212,24 @@ class PreToolUseApi(APIView):
             tool_call_id=data["tool_call_id"],
             user_id=data["user_id"],
             metadata=data["metadata"],
-            idempotency_key=data["idempotency_key"],
+            idempotency_key=data["idempotency_key"] or None,
             callback_url=data["callback_url"],
             fingerprint=services.request_fingerprint(request.data),
         )
         return Response(answer.as_dict())
 
 
+CONFIRMATION_ID = OpenApiParameter(
+    "confirmation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The request's id (`confirmation_id`)."
+)
+
+
 class ConfirmationDetailApi(APIView):
-    @extend_schema(responses=ConfirmationOutput, summary="One confirmation request")
+    @extend_schema(
+        parameters=[CONFIRMATION_ID],
+        responses={200: ConfirmationOutput, **error_responses(401, 404)},
+        summary="One confirmation request",
+    )
     def get(self, request, confirmation_id):
         confirmation = selectors.confirmation_for_agent(agent=request.user, confirmation_id=confirmation_id)
         return Response(selectors.confirmation_as_dict(confirmation))
@@ -127,8 +239,15 @@ class ConfirmationWaitApi(APIView):
     """Long-poll. Under ASGI this path is served by `approvals.api.asgi` without a thread."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("timeout", int, description="seconds to hold the request (default 25)")],
-        responses=ConfirmationOutput,
+        parameters=[
+            CONFIRMATION_ID,
+            OpenApiParameter(
+                "timeout",
+                {"type": "number", "minimum": 0, "maximum": settings.GATEWAY_WAIT_MAX_SECONDS},
+                description="Seconds to hold the request (default 25).",
+            ),
+        ],
+        responses={200: ConfirmationOutput, **error_responses(400, 401, 404)},
         summary="Wait for a decision",
     )
     def get(self, request, confirmation_id):
@@ -139,53 +258,88 @@ class ConfirmationWaitApi(APIView):
 
 
 class ConfirmationCancelApi(APIView):
-    @extend_schema(request=None, responses=ConfirmationOutput, summary="Withdraw a pending request")
+    @extend_schema(
+        parameters=[CONFIRMATION_ID],
+        request=None,
+        responses={200: ConfirmationOutput, **error_responses(401, 404, 409)},
+        summary="Withdraw a pending request",
+    )
     def post(self, request, confirmation_id):
         confirmation = services.confirmation_cancel(agent=request.user, confirmation_id=confirmation_id)
         return Response(selectors.confirmation_as_dict(confirmation))
 
 
+HOOK_EVENT_ANSWER = inline_serializer(
+    "HookEventAnswer",
+    {
+        "decision": serializers.CharField(required=False),
+        "reason": serializers.CharField(required=False),
+        "result": serializers.JSONField(required=False),
+        "messages": serializers.ListField(child=serializers.DictField(), required=False),
+        "action": serializers.CharField(required=False),
+        "delay_seconds": serializers.FloatField(required=False),
+        "side_effects": serializers.ListField(child=serializers.CharField()),
+    },
+)
+
+
+class HookEventInput(StrictSerializer):
+    session_id = StrictCharField(min_length=1, max_length=200)
+    turn_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    tool_name = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    tool_args = JsonObjectField(required=False, default=dict)
+    tool_call_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    user_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    metadata = JsonObjectField(required=False, default=dict)
+    result = JsonValueField(required=False, allow_null=True, default=None)
+    error = StrictCharField(required=False, allow_blank=True, default="")
+    attempt = StrictIntegerField(min_value=1, max_value=10_000, required=False, default=1)
+    # Durations are stored in milliseconds as a 32-bit integer: at most 2147483647 ms (24.8 days).
+    elapsed_seconds = StrictFloatField(min_value=0, max_value=2_147_483, required=False, default=0.0)
+    duration_ms = StrictIntegerField(min_value=0, max_value=2**31 - 1, required=False, allow_null=True, default=None)
+    outcome = serializers.ChoiceField(choices=["success", "error"], required=False, default="success")
+
+
+class CompletionEventInput(HookEventInput):
+    """After a call: which call is required (the `tool_call_id` its pre-tool-use gave)."""
+
+    tool_call_id = StrictCharField(min_length=1, max_length=200)
+
+
 class HookEventApi(APIView):
-    """The lifecycle events other than pre-tool-use (docs/reference/api.md)."""
+    """The lifecycle events around the tool calls: session-start, pre-turn, post-turn, session-end
+    (docs/reference/api.md)."""
 
     event: str = ""
-
-    @extend_schema_serializer(component_name="HookEventInput")
-    class InputSerializer(StrictSerializer):
-        session_id = StrictCharField(max_length=200)
-        turn_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        tool_name = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        tool_args = serializers.DictField(required=False, default=dict)
-        tool_call_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        user_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        metadata = serializers.DictField(required=False, default=dict)
-        result = serializers.JSONField(required=False, default=None)
-        error = StrictCharField(required=False, allow_blank=True, default="")
-        attempt = StrictIntegerField(min_value=1, required=False, default=1)
-        elapsed_seconds = serializers.FloatField(min_value=0, required=False, default=0.0)
-        duration_ms = StrictIntegerField(min_value=0, required=False, allow_null=True, default=None)
-        outcome = serializers.ChoiceField(choices=["success", "error"], required=False, default="success")
+    InputSerializer: type[StrictSerializer] = HookEventInput
 
     @extend_schema(
-        request=InputSerializer,
-        responses=inline_serializer(
-            "HookEventAnswer",
-            {
-                "decision": serializers.CharField(required=False),
-                "reason": serializers.CharField(required=False),
-                "result": serializers.JSONField(required=False),
-                "messages": serializers.ListField(child=serializers.DictField(), required=False),
-                "action": serializers.CharField(required=False),
-                "delay_seconds": serializers.FloatField(required=False),
-                "side_effects": serializers.ListField(child=serializers.CharField()),
-            },
-        ),
+        request=HookEventInput,
+        responses={200: HOOK_EVENT_ANSWER, **error_responses(400, 401)},
         summary="Run the hooks of one lifecycle event",
     )
     def post(self, request):
+        return self.run(request)
+
+    def run(self, request):
         if not isinstance(request.data, dict):
             raise InvalidInput("the body must be a JSON object")
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         answer = services.hook_event_run(agent=request.user, event=self.event, **serializer.validated_data)
         return Response(answer)
+
+
+class CompletionEventApi(HookEventApi):
+    """post-tool-use and tool-error: about one call a pre-tool-use allowed (404 if never announced,
+    409 if never allowed)."""
+
+    InputSerializer = CompletionEventInput
+
+    @extend_schema(
+        request=CompletionEventInput,
+        responses={200: HOOK_EVENT_ANSWER, **error_responses(400, 401, 404, 409)},
+        summary="Report how an allowed tool call went",
+    )
+    def post(self, request):
+        return self.run(request)

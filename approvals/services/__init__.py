@@ -6,7 +6,8 @@
 - `records`: the events and outbox rows written beside a change;
 - `delivery`: the outbox's work done outside the database (cards, redraws, webhooks);
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
-- `api_keys`: keys created, revoked, touched.
+- `api_keys`: keys created, revoked, touched;
+- `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
 
 Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
 the modules import each other directly, never through this package.
@@ -14,6 +15,7 @@ the modules import each other directly, never through this package.
 
 from approvals.services.agents import agent_create, agent_hooks_apply, agent_set_read_only, config_apply
 from approvals.services.api_keys import api_key_create, api_key_revoke, api_key_touch, api_key_touch_by_id
+from approvals.services.audit import audit_append, audit_purge
 from approvals.services.confirmations import (
     confirmation_cancel,
     confirmation_cancel_by_staff,
@@ -40,6 +42,8 @@ __all__ = [
     "api_key_revoke",
     "api_key_touch",
     "api_key_touch_by_id",
+    "audit_append",
+    "audit_purge",
     "config_apply",
     "confirmation_cancel",
     "confirmation_cancel_by_staff",

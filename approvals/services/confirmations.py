@@ -314,26 +314,26 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         )
         if confirmation_ids is not None:
             due = due.filter(pk__in=confirmation_ids)
-        callbacks = dict(due.order_by("expires_at").values_list("pk", "callback_url")[:limit])
-        ids = list(callbacks)
-        if not ids:
+        rows = list(due.order_by("expires_at").values_list("pk", "agent_id", "callback_url")[:limit])
+        if not rows:
             return []
+        ids = [pk for pk, _, _ in rows]
+        callbacks = {pk: url for pk, _, url in rows}
         ConfirmationRequest.objects.filter(pk__in=ids).update(
             status=Status.EXPIRED, decided_by=SYSTEM_ACTOR, decided_at=now, decision_reason=EXPIRED_REASON
         )
-        event_record_many(
-            [
-                ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
-                for pk in ids
-            ]
-        )
-        rows = [Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired") for pk in ids]
-        rows += [
+        expired = [
+            ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
+            for pk in ids
+        ]
+        event_record_many([(agent_id, event) for (_, agent_id, _), event in zip(rows, expired)])
+        outbox = [Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired") for pk in ids]
+        outbox += [
             Outbox(confirmation_id=pk, kind=OutboxKind.WEBHOOK, dedupe_key=f"{pk}:webhook")
             for pk in ids
             if callbacks.get(pk)
         ]
-        outbox_add_many(rows)
+        outbox_add_many(outbox)
         changes_notify(ids)
     return [str(pk) for pk in ids]
 

@@ -54,6 +54,8 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     except DeliveryFailed as exc:
         return _delivery_failed(row, exc)
     with transaction.atomic():
+        if row.kind == OutboxKind.CARD:
+            _lock_request(row)
         Outbox.objects.filter(pk=row.pk).update(
             status=OutboxStatus.SENT, sent_at=timezone.now(), locked_until=None, last_error="", message_ref=message_ref
         )
@@ -81,6 +83,13 @@ def outbox_due_ids(*, limit: int = 200) -> list[int]:
         .order_by("created_at")
         .values_list("pk", flat=True)[:limit]
     )
+
+
+def _lock_request(row: Outbox) -> None:
+    """Lock the request before anything else in a transaction that may also decide or lock it:
+    the event it writes then takes its agent's audit head last, the order every path keeps
+    (approvals.services.audit), so two transactions never wait on each other in a circle."""
+    list(ConfirmationRequest.objects.select_for_update().filter(pk=row.confirmation_id).values_list("pk", flat=True))
 
 
 def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
@@ -126,6 +135,8 @@ def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
     exhausted = row.attempts >= settings.GATEWAY_OUTBOX_MAX_ATTEMPTS
     if exc.permanent or exhausted:
         with transaction.atomic():
+            if row.kind == OutboxKind.CARD:
+                _lock_request(row)
             Outbox.objects.filter(pk=row.pk).update(status=OutboxStatus.FAILED, locked_until=None, last_error=exc.message)
             if row.channel_id:
                 Channel.objects.filter(pk=row.channel_id).update(last_error=exc.message, last_error_at=now)

@@ -11,7 +11,8 @@ level's own values win, key by key.
 Deciding events (session_start, pre_turn) stop at the first deny; observing
 events (post_tool_use, tool_error, post_turn, session_end) run every hook
 (`hooks.chain.run_chain`). Post-tool-use and tool-error complete the call's
-`ToolCall` record with one conditional UPDATE.
+`ToolCall` record with one conditional UPDATE; the record as it then is joins
+the agent's tamper-evident chain in the same transaction (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import Agent, ToolCall
+from approvals.audit import TOOL_CALL_FIELDS
+from approvals.models import Agent, AuditAction, ToolCall
+from approvals.services.audit import audit_append
 from hooks import state as hook_state
 from hooks.base import HookContext, result_text
 from hooks.chain import run_chain, tool_error_verdict
@@ -126,7 +130,9 @@ def hook_event_run(
                 else {"error": ctx.error, "action": verdict.action, "attempt": ctx.attempt}
             ),
             result_size=result_size(verdict.result),
-            duration_ms=duration_ms if duration_ms is not None else int(ctx.elapsed_seconds * 1000),
+            duration_ms=(
+                duration_ms if duration_ms is not None else min(int(ctx.elapsed_seconds * 1000), MAX_DURATION_MS)
+            ),
             turn_id=ctx.turn_id,
             decisions=decisions,
             now=now,
@@ -157,6 +163,9 @@ def hook_event_run(
     return {"side_effects": chain.side_effects}
 
 
+MAX_DURATION_MS = 2**31 - 1  # what `ToolCall.duration_ms` holds (24.8 days); longer is recorded as that
+
+
 def result_size(result: Any) -> int:
     """The size of a result as the model reads it: characters of its text (JSON for non-strings)."""
     return len(result_text(result)) if result is not None else 0
@@ -167,7 +176,7 @@ def _ms_since_allowed(call: ToolCall, now: dt.datetime) -> int:
     allowed_at = call.created_at
     if call.confirmation is not None and call.confirmation.decided_at is not None:
         allowed_at = call.confirmation.decided_at
-    return max(0, int((now - allowed_at).total_seconds() * 1000))
+    return min(max(0, int((now - allowed_at).total_seconds() * 1000)), MAX_DURATION_MS)
 
 
 def _tool_call_complete(
@@ -190,8 +199,8 @@ def _tool_call_complete(
     """
     rows = ToolCall.objects.filter(pk=call.pk)
     rows = rows.exclude(outcome="success") if supersede else rows.filter(completed_at__isnull=True)
-    return bool(
-        rows.update(
+    with transaction.atomic():
+        changed = rows.update(
             outcome=outcome,
             result=result,
             result_size=result_size,
@@ -200,10 +209,21 @@ def _tool_call_complete(
             turn_id=call.turn_id or turn_id,
             hook_decisions=call.hook_decisions + decisions,
         )
-    )
+        if changed:
+            _audit(call, AuditAction.COMPLETED)
+    return bool(changed)
 
 
 def _tool_call_note(call: ToolCall, decisions: list[dict[str, Any]]) -> None:
     """Append a tool-error's hook decisions to the call's audit trail."""
-    current = ToolCall.objects.filter(pk=call.pk).values_list("hook_decisions", flat=True).first() or []
-    ToolCall.objects.filter(pk=call.pk).update(hook_decisions=current + decisions)
+    with transaction.atomic():
+        # The row lock keeps two notes (or a note and a completion) from losing each other's decisions.
+        current = ToolCall.objects.select_for_update().filter(pk=call.pk).values_list("hook_decisions", flat=True).first()
+        ToolCall.objects.filter(pk=call.pk).update(hook_decisions=(current or []) + decisions)
+        _audit(call, AuditAction.NOTED)
+
+
+def _audit(call: ToolCall, action: str) -> None:
+    """Link the record as the database now holds it (read back: what was just written, exactly)."""
+    row = ToolCall.objects.filter(pk=call.pk).values(*TOOL_CALL_FIELDS).get()
+    audit_append(agent_id=row["agent_id"], action=action, row=row, source="tool_call")

@@ -1,6 +1,7 @@
 """What is written beside a change, in its transaction: its events, its outbox rows, its notification.
 
-An event is one line of a request's append-only history. An outbox row is work
+An event is one line of a request's append-only history, linked into its
+agent's tamper-evident chain in the same transaction (docs/audit.md). An outbox row is work
 to do outside the database (post a card, redraw the cards, remind the
 approvers, POST a webhook): written with the change, queued for a worker once
 the change commits, and re-sent by beat's relay if no worker ever picked it up.
@@ -15,7 +16,8 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.models import ApproverResponse, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.models import ApproverResponse, AuditAction, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.services.audit import audit_append, audit_append_many
 from gateway import realtime
 from gateway.celery import app
 
@@ -37,11 +39,17 @@ def event_record(
     message: str = "",
     data: dict[str, Any] | None = None,
 ) -> None:
-    """Append one event to a request's history (`confirmation`: the row or its id)."""
-    confirmation_id = confirmation.pk if isinstance(confirmation, ConfirmationRequest) else confirmation
-    ConfirmationEvent.objects.create(
-        confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
-    )
+    """Append one event to a request's history (`confirmation`: the row or its id) and to its agent's chain."""
+    if isinstance(confirmation, ConfirmationRequest):
+        confirmation_id, agent_id = confirmation.pk, confirmation.agent_id
+    else:
+        confirmation_id = confirmation
+        agent_id = ConfirmationRequest.objects.values_list("agent_id", flat=True).get(pk=confirmation_id)
+    with transaction.atomic(savepoint=False):
+        event = ConfirmationEvent.objects.create(
+            confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
+        )
+        audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=event)
 
 
 def outbox_add(
@@ -62,9 +70,10 @@ def outbox_add(
         transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, row.pk), robust=True)
 
 
-def event_record_many(events: list[ConfirmationEvent]) -> None:
-    """Append several events in one statement."""
-    ConfirmationEvent.objects.bulk_create(events)
+def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
+    """Append several events (`(agent_id, event)`) in one statement, and link them into their agents' chains."""
+    created = ConfirmationEvent.objects.bulk_create([event for _, event in events])
+    audit_append_many([(agent_id, AuditAction.EVENT, event) for (agent_id, _), event in zip(events, created)])
 
 
 def outbox_add_many(rows: list[Outbox]) -> None:

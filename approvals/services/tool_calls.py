@@ -1,16 +1,17 @@
 """Pre-tool-use: every tool call of every agent, decided by its hooks and recorded.
 
 The chain runs outside any transaction (hooks may do I/O: commands, webhooks).
-An allowed or denied call is then recorded with one INSERT of its `ToolCall`
-(each hook's decision, the config version); an asked one with one transaction
-that also writes the confirmation request, its event and its card outbox row.
-An idempotency key seen before answers from the stored call: the same body
-gets the same answer (and the same request, never a second card); a different
-body is refused (422).
+An allowed or denied call is then recorded with ONE statement: the INSERT of
+its `ToolCall` (each hook's decision, the config version) and the entry that
+links it into its agent's tamper-evident chain (docs/audit.md), in autocommit.
+An asked one: one transaction that also writes the confirmation request, its
+event and its card outbox row. An idempotency key seen before answers from the
+stored call: the same body gets the same answer (and the same request, never a
+second card); a different body is refused (422).
 
 A call served from the per-process caches (`approvals.caches`) says under which
 generation of its agent it was served; it is recorded only if that is still
-the agent's generation (the condition rides on the same INSERT), else
+the agent's generation (the condition rides on the same statement), else
 `StaleCache` is raised and the caller serves it afresh.
 """
 
@@ -29,7 +30,8 @@ from django.utils import timezone
 from approvals import selectors
 from approvals.caches import StaleCache
 from approvals.errors import IdempotencyMismatch
-from approvals.models import Agent, ConfirmationRequest, ToolCall
+from approvals.models import Agent, AuditAction, ConfirmationRequest, ToolCall
+from approvals.services.audit import audit_insert_linked
 from approvals.services.confirmations import confirmation_create
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
@@ -157,26 +159,27 @@ def tool_call_pre(
 
 
 def _insert(record: ToolCall, served_under: int | None) -> None:
-    """INSERT the record; with `served_under`, only if its agent's generation is still that (one statement)."""
-    if served_under is None:
-        record.save(force_insert=True)
-        return
+    """INSERT the record and link it into its agent's audit chain, in one statement; with
+    `served_under`, only if its agent's generation is still that (else StaleCache, nothing written)."""
     fields = ToolCall._meta.local_concrete_fields
     quote = connection.ops.quote_name
+    params = {
+        f"c{i}": field.get_db_prep_save(field.pre_save(record, add=True), connection=connection)
+        for i, field in enumerate(fields)
+    }
     if connection.vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
-        placeholders = ", ".join(f"%s::{field.db_type(connection)}" for field in fields)
+        placeholders = ", ".join(f"%(c{i})s::{field.db_type(connection)}" for i, field in enumerate(fields))
     else:
-        placeholders = ", ".join("%s" for _ in fields)
-    sql = (
-        f"INSERT INTO {quote(ToolCall._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-        f"SELECT {placeholders} WHERE EXISTS (SELECT 1 FROM {quote(Agent._meta.db_table)} "
-        f"WHERE {quote('id')} = %s AND {quote('generation')} = %s)"
-    )
-    values = [field.get_db_prep_save(field.pre_save(record, add=True), connection=connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, record.agent_id, served_under])
-        if cursor.rowcount != 1:
-            raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
+        placeholders = ", ".join(f"%(c{i})s" for i in range(len(fields)))
+    sql = f"INSERT INTO {quote(ToolCall._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) SELECT {placeholders}"
+    if served_under is not None:
+        sql += (
+            f" WHERE EXISTS (SELECT 1 FROM {quote(Agent._meta.db_table)} "
+            f"WHERE {quote('id')} = %(served_agent)s AND {quote('generation')} = %(served_under)s)"
+        )
+        params.update(served_agent=record.agent_id, served_under=served_under)
+    if not audit_insert_linked(insert_sql=sql, params=params, agent_id=record.agent_id, action=AuditAction.ASKED, row=record):
+        raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
 
 

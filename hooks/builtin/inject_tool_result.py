@@ -20,6 +20,7 @@ import httpx
 from django.utils import timezone
 from pydantic import Field, model_validator
 
+from gateway.outbound import OutboundRefused, guarded_async_client, guarded_client
 from hooks import state
 from hooks.base import Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, HttpUrl, Strict
@@ -107,6 +108,13 @@ class InjectToolResultConfig(HookConfigBase):
     frequency: Literal["always", "once", "append_if_changed"] = "always"
     refresh: Refresh | None = None
 
+    def outbound_urls(self) -> list[tuple[str, str]]:
+        if self.source.url is not None:
+            return [("source.url", self.source.url)]
+        if self.source.mcp is not None and self.source.mcp.url is not None:
+            return [("source.mcp.url", self.source.mcp.url)]
+        return []
+
 
 class InjectionFailed(Exception):
     """The tool could not be called, or answered with an error."""
@@ -115,14 +123,16 @@ class InjectionFailed(Exception):
 def fetch_http(source: Any, arguments: dict[str, Any]) -> str:
     """GET with the arguments as query parameters, or POST them as JSON; the body's text."""
     try:
-        response = httpx.request(
-            source.method,
-            source.url,
-            headers=source.headers,
-            params=arguments if source.method == "GET" else None,
-            json=arguments if source.method == "POST" else None,
-            timeout=HTTP_TIMEOUT_SECONDS,
-        )
+        with guarded_client(timeout=HTTP_TIMEOUT_SECONDS) as client:
+            response = client.request(
+                source.method,
+                source.url,
+                headers=source.headers,
+                params=arguments if source.method == "GET" else None,
+                json=arguments if source.method == "POST" else None,
+            )
+    except OutboundRefused as exc:
+        raise InjectionFailed(f"{source.method} {source.url} refused: {exc}") from None
     except httpx.HTTPError as exc:
         raise InjectionFailed(f"{source.method} {source.url} failed: {exc.__class__.__name__}: {exc}") from None
     if response.status_code >= 400:
@@ -141,19 +151,28 @@ def fetch_mcp(server: Any, tool_name: str, arguments: dict[str, Any]) -> str:
     except TimeoutError:
         raise InjectionFailed(f"MCP tool {tool_name!r} did not answer within {MCP_TIMEOUT_SECONDS:g} s") from None
     except Exception as exc:  # the SDK's transport and protocol errors, an unstartable command…
+        if isinstance(_innermost(exc), OutboundRefused):
+            raise InjectionFailed(f"MCP server {server.url} refused: {_innermost(exc)}") from None
         raise InjectionFailed(f"MCP tool {tool_name!r} failed: {_describe(exc)}") from None
 
 
 async def _call_mcp_tool(server: Any, tool_name: str, arguments: dict[str, Any]) -> str:
+    import contextlib
+
     import anyio
     from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
 
-    target: Any = server.url
-    if server.command is not None:
-        target = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
-    with anyio.fail_after(MCP_TIMEOUT_SECONDS):
-        async with Client(target, read_timeout_seconds=MCP_TIMEOUT_SECONDS) as client:
-            result = await client.call_tool(tool_name, arguments)
+    async with contextlib.AsyncExitStack() as stack:
+        if server.command is not None:
+            target: Any = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
+        else:
+            # The SDK's HTTP client, through the outbound guard (gateway.outbound): every connection checked.
+            http = await stack.enter_async_context(guarded_async_client(timeout=MCP_TIMEOUT_SECONDS))
+            target = streamable_http_client(server.url, http_client=http)
+        with anyio.fail_after(MCP_TIMEOUT_SECONDS):
+            async with Client(target, read_timeout_seconds=MCP_TIMEOUT_SECONDS) as client:
+                result = await client.call_tool(tool_name, arguments)
     texts = [block.text for block in result.content if getattr(block, "type", "") == "text"]
     if result.is_error:
         raise InjectionFailed(f"MCP tool {tool_name!r} answered an error: {' '.join(texts)[:300]}")
@@ -164,10 +183,16 @@ async def _call_mcp_tool(server: Any, tool_name: str, arguments: dict[str, Any])
     return "\n".join(f"[{getattr(block, 'type', 'unknown')} content]" for block in result.content)
 
 
-def _describe(exc: BaseException) -> str:
-    """The innermost useful message of an exception (task groups wrap them in groups)."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The exception inside the exception groups task groups wrap errors in."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost useful message of an exception (task groups wrap them in groups)."""
+    exc = _innermost(exc)
     return f"{exc.__class__.__name__}: {exc}"
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 import httpx
 from pydantic import Field
 
-from gateway.outbound import USER_AGENT, signed_headers
+from gateway.outbound import USER_AGENT, OutboundRefused, guarded_client, signed_headers
 from hooks.base import Hook, HookContext, HookResult
 from hooks.builtin.external import event_payload, parse_answer
 from hooks.config import Event, HookConfigBase, HttpUrl
@@ -31,6 +31,12 @@ def signing_key(secret: str) -> str | bytes:
     return secret if secret.startswith("whsec_") else secret.encode()
 
 
+def _post(url: str, body: str, headers: dict[str, str], timeout: float) -> httpx.Response:
+    """POST through the outbound guard: the URL's address must be public or allowed (gateway.outbound)."""
+    with guarded_client(timeout=timeout) as client:
+        return client.post(url, content=body, headers=headers)
+
+
 class WebhookConfig(HookConfigBase):
     """POST the event, signed, to a URL; it answers like a command hook."""
 
@@ -39,6 +45,9 @@ class WebhookConfig(HookConfigBase):
     url: HttpUrl
     secret: str = ""
     timeout_ms: int = Field(default=3000, gt=0)
+
+    def outbound_urls(self) -> list[tuple[str, str]]:
+        return [("url", self.url)]
 
 
 class WebhookHook(Hook):
@@ -64,12 +73,14 @@ class WebhookHook(Hook):
         else:
             headers = {"content-type": "application/json", "user-agent": USER_AGENT}
         budget = c.timeout_ms / 1000
-        future = _POOL.submit(httpx.post, c.url, content=body, headers=headers, timeout=budget)
+        future = _POOL.submit(_post, c.url, body, headers, budget)
         try:
             response = future.result(timeout=budget)
         except (FutureTimeout, httpx.TimeoutException):
             future.cancel()
             raise TimeoutError(f"no answer from {c.url} within {c.timeout_ms} ms") from None
+        except OutboundRefused as exc:
+            raise RuntimeError(f"POST {c.url} refused: {exc}") from None
         except httpx.HTTPError as exc:
             raise RuntimeError(f"POST {c.url} failed: {exc.__class__.__name__}: {exc}") from None
         if not response.is_success:

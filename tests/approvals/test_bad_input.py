@@ -112,7 +112,7 @@ def test_unknown_confirmation_ids_are_404(agent, confirmation_id):
     assert_error(agent.http.post(f"/api/v1/confirmations/{confirmation_id}/cancel"), 404, "not_found")
 
 
-@pytest.mark.parametrize("timeout", ["abc", "-1", "100000"])
+@pytest.mark.parametrize("timeout", ["abc", "-1", "100000", "nan", "inf", "-inf"])
 def test_a_bad_long_poll_timeout_is_refused(agent, timeout):
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
 

@@ -223,6 +223,9 @@ class ChannelContract:
         agent = driver.deploy()
         confirmation_id = pending(agent)
         card = driver.card(confirmation_id)
+        # The vendor has the card a moment before the worker commits its delivery (and its event).
+        in_flight = Outbox.objects.filter(confirmation_id=confirmation_id, status="pending", locked_until__isnull=False)
+        wait_until(lambda: not in_flight.exists(), what="the card's delivery to be recorded")
         before = request_state(confirmation_id)
         events = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).count()
 

@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("approvals", "0002_hook_state_moves_to_hooks")]
+    dependencies = [("approvals", "0003_tamper_evident_audit")]
 
     operations = [
         migrations.AddField(

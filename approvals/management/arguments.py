@@ -1,0 +1,34 @@
+"""Argument types shared by the audit commands (`verify_audit`, `export_audit`)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from django.core.management.base import CommandError
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from approvals.models import Agent
+
+
+def since_option(raw: str) -> dt.datetime:
+    """An ISO 8601 date (`2026-05-01`, midnight UTC) or date and time; naive times are UTC."""
+    value = parse_datetime(raw)
+    if value is None:
+        day = parse_date(raw)
+        if day is None:
+            raise argparse.ArgumentTypeError(f"not an ISO 8601 date or date-time: {raw!r}")
+        value = dt.datetime.combine(day, dt.time())
+    return value if timezone.is_aware(value) else value.replace(tzinfo=dt.timezone.utc)
+
+
+def agent_by_name(name: str | None) -> Agent | None:
+    """The agent `--agent NAME` names (None for all); a clear error for an unknown name."""
+    if name is None:
+        return None
+    agent = Agent.objects.filter(name=name).first()
+    if agent is None:
+        known = ", ".join(Agent.objects.order_by("name").values_list("name", flat=True)) or "none"
+        raise CommandError(f"no agent named {name!r}; known agents: {known}")
+    return agent

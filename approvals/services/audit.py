@@ -1,0 +1,295 @@
+"""The tamper-evident chain's writes (docs/audit.md): one entry per write of a chained row, and the purge.
+
+`audit_append` is called in the transaction of the write it records, right
+after it. On PostgreSQL it is ONE statement: an upsert that advances the
+agent's `AuditHead` (which locks that row until the transaction ends) and, in
+the same statement, inserts the entry whose hash PostgreSQL computes from the
+head it just advanced. Two writers of one agent therefore queue on the head
+row and can never fork the chain; writers of different agents never meet.
+Elsewhere (SQLite for `make run`) the head is read and written in the
+transaction, which SQLite's IMMEDIATE transactions already serialise.
+
+Lock order: a transaction that writes an event about a confirmation request
+and also locks that request locks the request first (every path here does), so
+the head lock is always the last one taken and two transactions never wait on
+each other in a circle.
+
+`audit_purge` removes old records and records a checkpoint (the hash of the
+last entry it removed), from which `verify_audit` starts the chain again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from approvals.audit import GENESIS, audit_verify, content_hash, entry_hash, entry_tail
+from approvals.errors import GatewayError
+from approvals.models import (
+    FINAL_STATUSES,
+    AuditAction,
+    AuditCheckpoint,
+    AuditEntry,
+    AuditHead,
+    CallbackReceipt,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    ToolCall,
+)
+
+PURGE_BATCH = 1000
+_HEAD = AuditHead._meta.db_table
+_ENTRY = AuditEntry._meta.db_table
+# The entry's hash is `entry_hash()` of approvals.audit, computed by PostgreSQL where seq and prev are known.
+# `{source}` is "" (append unconditionally) or "FROM written" (append only if the statement's
+# `written` part, an INSERT of the chained row, wrote it).
+_APPEND_SQL = f"""
+head AS (
+    INSERT INTO {_HEAD} AS h (agent_id, seq, hash, prev_hash)
+    SELECT %(agent)s::bigint, 1,
+           encode(sha256(convert_to(%(agent)s::text || '|1|' || %(tail)s::text || '|' || %(genesis)s::text, 'UTF8')), 'hex'),
+           %(genesis)s::varchar {{source}}
+    ON CONFLICT (agent_id) DO UPDATE SET
+        seq = h.seq + 1,
+        prev_hash = h.hash,
+        hash = encode(sha256(convert_to(
+            h.agent_id::text || '|' || (h.seq + 1)::text || '|' || %(tail)s::text || '|' || h.hash, 'UTF8')), 'hex')
+    RETURNING seq, hash, prev_hash
+)
+INSERT INTO {_ENTRY} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
+SELECT %(agent)s::bigint, seq, %(action)s::varchar, %(tool_call)s::uuid, %(event)s::bigint, %(content)s::varchar,
+       prev_hash, hash, %(now)s::timestamptz FROM head
+"""
+
+
+def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
+    """The parameters of `_APPEND_SQL` for one write of `row` (as it is now)."""
+    if source is None:
+        source = "tool_call" if isinstance(row, ToolCall) else "event"
+    row_id = row["id"] if isinstance(row, dict) else row.pk
+    content = content_hash(source, row)
+    return {
+        "agent": agent_id,
+        "tail": entry_tail(action=action, source=source, source_id=row_id, content=content),
+        "genesis": GENESIS,
+        "action": action,
+        "content": content,
+        "now": timezone.now(),
+        "tool_call": row_id if source == "tool_call" else None,
+        "event": row_id if source == "event" else None,
+    }
+
+
+def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:
+    """Link one write of a chained row (a `ToolCall` or a `ConfirmationEvent`, as it is now) into
+    its agent's chain. Call it inside the transaction of the write, after it."""
+    params = _link(agent_id=agent_id, action=action, row=row, source=source)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("WITH " + _APPEND_SQL.format(source=""), params)
+        return
+    with transaction.atomic(savepoint=False):
+        _append_here(params)
+
+
+def audit_insert_linked(*, insert_sql: str, params: dict[str, Any], agent_id: int, action: str, row: Any) -> bool:
+    """Write one chained row and its chain entry in ONE statement (PostgreSQL); False if nothing was written.
+
+    `insert_sql` is an `INSERT … SELECT …` of `row` with named parameters (`params`), whose
+    WHERE may hold it back; the entry is appended only if the row was written. Elsewhere:
+    the INSERT, then `audit_append`, in one transaction. One statement means one round trip
+    and the head row locked only for that statement, so an agent's writers queue on it for
+    microseconds, not for a transaction's length.
+    """
+    link = _link(agent_id=agent_id, action=action, row=row, source="tool_call" if isinstance(row, ToolCall) else "event")
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            sql = f"WITH written AS ({insert_sql} RETURNING 1), " + _APPEND_SQL.format(source="FROM written")
+            cursor.execute(sql, {**params, **link})
+            return cursor.rowcount == 1
+        with transaction.atomic(savepoint=False):
+            cursor.execute(insert_sql, params)
+            if cursor.rowcount != 1:
+                return False
+            _append_here(link)
+            return True
+
+
+def audit_append_many(links: list[tuple[int, str, Any]]) -> None:
+    """Link several writes (`(agent_id, action, row)`, rows as they are now) into their agents' chains,
+    in a few statements however many: the heads locked together in agent order (so two bulk
+    writers never wait on each other in a circle), the hashes chained here, the entries written
+    in one INSERT and the heads advanced in one UPDATE."""
+    if not links:
+        return
+    if connection.vendor != "postgresql":
+        for agent_id, action, row in sorted(links, key=lambda link: link[0]):
+            audit_append(agent_id=agent_id, action=action, row=row)
+        return
+    agents = sorted({agent_id for agent_id, _, _ in links})
+    AuditHead.objects.bulk_create(
+        [AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS) for agent_id in agents],
+        ignore_conflicts=True,
+    )
+    heads = {
+        agent_id: (seq, hash_)
+        for agent_id, seq, hash_ in AuditHead.objects.select_for_update()
+        .filter(agent_id__in=agents)
+        .order_by("agent_id")
+        .values_list("agent_id", "seq", "hash")
+    }
+    now = timezone.now()
+    entries = []
+    for agent_id, action, row in sorted(links, key=lambda link: link[0]):
+        link = _link(agent_id=agent_id, action=action, row=row, source=None)
+        seq, prev = heads[agent_id]
+        new = entry_hash(agent_id=agent_id, seq=seq + 1, tail=link["tail"], prev_hash=prev)
+        entries.append(
+            AuditEntry(
+                agent_id=agent_id, seq=seq + 1, action=action, tool_call_id=link["tool_call"], event_id=link["event"],
+                content_hash=link["content"], prev_hash=prev, entry_hash=new, created_at=now,
+            )
+        )  # fmt: skip
+        heads[agent_id] = (seq + 1, new)
+    AuditEntry.objects.bulk_create(entries)
+    last = {entry.agent_id: entry for entry in entries}
+    AuditHead.objects.bulk_update(
+        [AuditHead(agent_id=a, seq=e.seq, hash=e.entry_hash, prev_hash=e.prev_hash) for a, e in last.items()],
+        ["seq", "hash", "prev_hash"],
+    )
+
+
+def _append_here(link: dict[str, Any]) -> None:
+    """The append done step by step (SQLite, whose IMMEDIATE transactions serialise writers)."""
+    agent_id = link["agent"]
+    head = AuditHead.objects.select_for_update().filter(agent_id=agent_id).values_list("seq", "hash").first()
+    seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
+    new = entry_hash(agent_id=agent_id, seq=seq, tail=link["tail"], prev_hash=prev)
+    if head:
+        AuditHead.objects.filter(agent_id=agent_id).update(seq=seq, hash=new, prev_hash=prev)
+    else:
+        AuditHead.objects.create(agent_id=agent_id, seq=seq, hash=new, prev_hash=prev)
+    AuditEntry.objects.create(
+        agent_id=agent_id,
+        seq=seq,
+        action=link["action"],
+        tool_call_id=link["tool_call"],
+        event_id=link["event"],
+        content_hash=link["content"],
+        prev_hash=prev,
+        entry_hash=new,
+        created_at=link["now"],
+    )
+
+
+# --------------------------------------------------------------------------- retention
+
+
+class AuditBroken(GatewayError):
+    """The chain does not verify: purging now would cut away the evidence."""
+
+    status = 409
+    code = "audit_broken"
+
+
+@dataclasses.dataclass
+class PurgeResult:
+    cutoff: dt.datetime
+    chains_cut: int = 0
+    entries_removed: int = 0
+    tool_calls_removed: int = 0
+    confirmations_removed: int = 0
+    entries_retained: int = 0  # kept rows re-linked above the cut
+
+
+def audit_purge(*, older_than: dt.timedelta, now: dt.datetime | None = None) -> PurgeResult:
+    """Remove tool calls, confirmation requests (with their events, responses and outbox rows) and
+    audit entries older than `older_than`, agent by agent, keeping every chain verifiable.
+
+    Per agent, in one transaction holding its chain's head: the chain is cut at
+    its last entry older than the cut-off. A tool call and its confirmation
+    request go together, when both are that old, the request is final, and
+    nothing about either (an event, a completion) is newer. A row that stays
+    but whose latest entry is at or below the cut (a pending request's events,
+    say) gets a fresh `retained` entry above it. Then the entries up to the cut
+    go and an `AuditCheckpoint` records the hash at the cut. Refuses
+    (AuditBroken) if the chains do not verify first: a purge must not cut away
+    the evidence.
+    """
+    now = now or timezone.now()
+    result = PurgeResult(cutoff=now - older_than)
+    check = audit_verify()
+    if not check.ok:
+        first = check.first
+        raise AuditBroken(f"the audit does not verify ({first.message if first else ''}); nothing was purged")
+    for agent_id in AuditHead.objects.order_by("agent_id").values_list("agent_id", flat=True):
+        with transaction.atomic():
+            _purge_chain(agent_id, result)
+    CallbackReceipt.objects.filter(created_at__lt=result.cutoff).delete()
+    return result
+
+
+def _purge_chain(agent_id: int, result: PurgeResult) -> None:
+    list(AuditHead.objects.select_for_update().filter(agent_id=agent_id))  # this agent's writers wait for us
+    cutoff = result.cutoff
+    last = AuditCheckpoint.objects.filter(agent_id=agent_id).order_by("-seq").values_list("seq", flat=True).first()
+    cut_entry = (
+        AuditEntry.objects.filter(agent_id=agent_id, seq__gt=last or 0, created_at__lt=cutoff)
+        .order_by("-seq")
+        .values("seq", "entry_hash")
+        .first()
+    )
+    if cut_entry is None:
+        return
+    cut = cut_entry["seq"]
+    old = AuditEntry.objects.filter(agent_id=agent_id, seq__lte=cut)
+    newer = AuditEntry.objects.filter(agent_id=agent_id, seq__gt=cut)
+    # A tool call and its request go together or not at all: both old, the request final, nothing
+    # about either linked above the cut (an old request decided yesterday keeps its call).
+    settled = (
+        ConfirmationRequest.objects.filter(agent_id=agent_id, created_at__lt=cutoff, status__in=FINAL_STATUSES)
+        .exclude(Exists(newer.filter(event__confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(ConfirmationEvent.objects.filter(confirmation_id=OuterRef("pk"), created_at__gte=cutoff)))
+    )
+    calls = (
+        ToolCall.objects.filter(agent_id=agent_id, created_at__lt=cutoff)
+        .exclude(Exists(newer.filter(tool_call_id=OuterRef("pk"))))
+        .filter(Q(confirmation__isnull=True) | Q(confirmation__in=settled.values("pk")))
+    )
+    requests = settled.filter(Q(tool_call__isnull=True) | Q(tool_call__in=calls.values("pk")))
+
+    # Rows that stay and whose latest entry is about to be cut away: link them again, above the cut.
+    kept_calls = (
+        ToolCall.objects.filter(agent_id=agent_id)
+        .filter(Exists(old.filter(tool_call_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(tool_call_id=OuterRef("pk"))))
+        .exclude(pk__in=calls.values("pk"))
+    )
+    kept_events = (
+        ConfirmationEvent.objects.filter(confirmation__agent_id=agent_id)
+        .filter(Exists(old.filter(event_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(event_id=OuterRef("pk"))))
+        .exclude(confirmation_id__in=requests.values("pk"))
+    )
+    retained: list[tuple[str, Any]] = [("tool_call", c) for c in kept_calls.iterator(chunk_size=500)]
+    retained += [("event", e) for e in kept_events.iterator(chunk_size=500)]
+    for source, row in retained:
+        audit_append(agent_id=agent_id, action=AuditAction.RETAINED, row=row, source=source)
+    result.entries_retained += len(retained)
+
+    # Requests first (their events, responses and outbox rows go with them; their tool calls,
+    # which go next, lose the link), in batches so memory stays flat.
+    while batch := list(requests.values_list("pk", flat=True)[:PURGE_BATCH]):
+        ConfirmationRequest.objects.filter(pk__in=batch).delete()
+        result.confirmations_removed += len(batch)
+    while batch := list(calls.values_list("pk", flat=True)[:PURGE_BATCH]):
+        ToolCall.objects.filter(pk__in=batch).delete()
+        result.tool_calls_removed += len(batch)
+    result.entries_removed += old.delete()[0]
+    AuditCheckpoint.objects.create(agent_id=agent_id, seq=cut, hash=cut_entry["entry_hash"], cutoff=cutoff)
+    result.chains_cut += 1

@@ -1,0 +1,211 @@
+"""The tamper-evident chain against the real PostgreSQL: `verify_audit` passes on what the
+gateway wrote, and names the first entry or row changed, removed or inserted directly in SQL;
+writers racing on one agent never fork its chain."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from approvals import services
+from approvals.audit import audit_verify
+from approvals.caches import StaleCache
+from approvals.models import Agent, AuditEntry, AuditHead, ConfirmationEvent, ConfirmationRequest, ToolCall
+from tests.audit.support import agents, some_history, verify, verify_fails
+from tests.conftest import apply_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sql(statement: str, params: list | None = None) -> int:
+    """Tamper the way someone with database access would: behind the gateway's back."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params or [])
+        return cursor.rowcount
+
+
+@pytest.fixture
+def history():
+    payer, reader = agents()
+    some_history(payer)
+    some_history(reader, session="s-2")
+    return payer, reader
+
+
+def test_verify_audit_passes_on_what_the_gateway_wrote_and_prints_each_head(history):
+    payer, reader = history
+    out = verify()
+    heads = {h.agent_id: h for h in AuditHead.objects.all()}
+    assert f"payer: head #{heads[payer.pk].seq} {heads[payer.pk].hash}" in out
+    assert f"reader: head #{heads[reader.pk].seq} {heads[reader.pk].hash}" in out
+    # every write of a chained row is an entry: 4 calls asked, 2 completed, 1 noted, and the events
+    assert AuditEntry.objects.filter(agent=payer, action="asked").count() == 4
+    assert AuditEntry.objects.filter(agent=payer, action="completed").count() == 2
+    assert AuditEntry.objects.filter(agent=payer, action="noted").count() == 1
+    events = ConfirmationEvent.objects.filter(confirmation__agent=payer).count()
+    assert events >= 2 and AuditEntry.objects.filter(agent=payer, action="event").count() == events
+    assert list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("seq", flat=True)) == list(
+        range(1, heads[payer.pk].seq + 1)
+    )
+
+
+def test_a_tool_call_changed_in_sql_is_named_with_the_entry_that_recorded_it(history):
+    payer, _ = history
+    call = ToolCall.objects.get(agent=payer, tool_name="rm")
+    assert sql("UPDATE approvals_toolcall SET decision = 'allow' WHERE id = %s", [call.pk]) == 1
+    latest = AuditEntry.objects.filter(tool_call=call).order_by("-seq").first()
+    message = verify_fails()
+    assert f"agent payer: tool call {call.pk} was changed after entry #{latest.seq} recorded it" in message
+
+
+def test_a_json_value_changed_in_sql_is_caught_too(history):
+    payer, _ = history
+    call = ToolCall.objects.get(agent=payer, tool_name="pay")
+    sql("""UPDATE approvals_toolcall SET tool_args = jsonb_set(tool_args, '{amount}', '2') WHERE id = %s""", [call.pk])
+    assert f"tool call {call.pk} was changed" in verify_fails()
+
+
+def test_an_event_deleted_in_sql_is_named(history):
+    payer, _ = history
+    event = ConfirmationEvent.objects.filter(confirmation__agent=payer, kind="approved").get()
+    entry = AuditEntry.objects.get(event=event)
+    sql("DELETE FROM approvals_confirmationevent WHERE id = %s", [event.pk])
+    assert f"agent payer: event {event.pk} recorded by entry #{entry.seq} was removed" in verify_fails()
+
+
+def test_a_tool_call_inserted_in_sql_is_named(history):
+    payer, _ = history
+    sql(
+        """INSERT INTO approvals_toolcall (id, agent_id, session_id, turn_id, tool_call_id, tool_name, tool_args,
+               user_id, metadata, decision, reason, decided_by_hook, hook_decisions, config_version,
+               request_fingerprint, response, created_at, outcome)
+           VALUES ('00000000-0000-0000-0000-00000000beef', %s, 's-1', '', 'forged', 'pay', '{}', '', '{}', 'allow',
+                   '', '', '[]', 1, '', '{}', now(), '')""",
+        [payer.pk],
+    )
+    message = verify_fails()
+    assert "tool call 00000000-0000-0000-0000-00000000beef has no audit entry" in message
+
+
+def test_an_entry_changed_removed_or_inserted_is_named_by_its_place(history):
+    payer, _ = history
+    head = AuditHead.objects.get(agent=payer)
+    assert head.seq >= 8
+
+    sql("UPDATE approvals_auditentry SET action = 'event' WHERE agent_id = %s AND seq = 3", [payer.pk])
+    assert "agent payer: entry #3 was changed" in verify_fails()
+    sql("UPDATE approvals_auditentry SET action = 'asked' WHERE agent_id = %s AND seq = 3", [payer.pk])
+    assert verify()  # put back: passes again
+
+    saved = AuditEntry.objects.get(agent=payer, seq=5)
+    sql("DELETE FROM approvals_auditentry WHERE agent_id = %s AND seq = 5", [payer.pk])
+    message = verify_fails()
+    assert "agent payer: entry #5 was removed" in message
+
+    # Someone re-numbers the chain to hide the gap and slips a forged entry into it.
+    saved.pk, saved.content_hash = None, "f" * 64
+    saved.save()
+    message = verify_fails()
+    assert "agent payer: entry #5 was changed" in message
+
+    # The last entries cut off: the head still says how long the chain was.
+    sql("DELETE FROM approvals_auditentry WHERE agent_id = %s AND seq >= %s", [payer.pk, head.seq - 1])
+    message = verify_fails()
+    assert "entry #5 was changed" in message
+    problems = [p.message for p in audit_verify().problems]
+    assert f"agent payer: entry #{head.seq - 1}…#{head.seq} was removed (the head is #{head.seq})" in problems
+
+
+def test_verify_since_checks_only_what_was_written_since(history):
+    payer, _ = history
+    later = timezone.now()
+    some_history(payer, session="s-3")
+    assert "audit verified" in verify("--since", later.isoformat())
+    old = ToolCall.objects.filter(agent=payer, session_id="s-1", tool_name="ls").get()
+    sql("UPDATE approvals_toolcall SET reason = 'edited' WHERE id = %s", [old.pk])
+    assert "audit verified" in verify("--since", later.isoformat())  # the old call is before the window
+    assert f"tool call {old.pk} was changed" in verify_fails()
+
+
+def test_writers_racing_on_one_agent_never_fork_its_chain(transactional_db):
+    payer, reader = agents()
+    per_thread, threads = 6, 8
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(per_thread):
+                agent = payer if (n + i) % 4 else reader
+                services.tool_call_pre(agent=agent, session_id=f"race-{n}", tool_name="ls", tool_args={"i": i})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    for agent in (payer, reader):
+        seqs = list(AuditEntry.objects.filter(agent=agent).order_by("seq").values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert AuditHead.objects.get(agent=agent).seq == len(seqs) == ToolCall.objects.filter(agent=agent).count()
+        # one chain, no fork: every entry's prev is the entry before it
+        hashes = list(AuditEntry.objects.filter(agent=agent).order_by("seq").values_list("prev_hash", "entry_hash"))
+        assert all(hashes[i][0] == hashes[i - 1][1] for i in range(1, len(hashes)))
+    assert "audit verified" in verify()
+
+
+TWO_GATED = """
+channels: [{name: web, kind: web}]
+agents:
+  - name: first
+    hooks: [{kind: approval_gate, tools: ["pay"], channel: web, approvers: [alice], timeout_seconds: 600}]
+  - name: second
+    hooks: [{kind: approval_gate, tools: ["pay"], channel: web, approvers: [alice], timeout_seconds: 600}]
+"""
+
+
+def test_requests_expired_together_are_linked_into_each_agents_chain():
+    apply_config(TWO_GATED)
+    first, second = Agent.objects.get(name="first"), Agent.objects.get(name="second")
+    asked = [
+        services.tool_call_pre(agent=agent, session_id=f"x-{i}", tool_name="pay", tool_args={"i": i}).confirmation_id
+        for i, agent in enumerate([second, first, second, first, second])
+    ]
+    ConfirmationRequest.objects.filter(pk__in=asked).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    expired = services.confirmations_expire()  # one transaction, the events linked in bulk
+
+    assert sorted(expired) == sorted(asked)
+    assert AuditEntry.objects.filter(agent=first, event__kind="expired").count() == 2
+    assert AuditEntry.objects.filter(agent=second, event__kind="expired").count() == 3
+    for agent in (first, second):
+        seqs = list(AuditEntry.objects.filter(agent=agent).order_by("seq").values_list("seq", flat=True))
+        assert seqs == list(range(1, AuditHead.objects.get(agent=agent).seq + 1))
+    assert "audit verified" in verify()
+
+
+def test_a_call_served_from_a_stale_cache_writes_neither_the_call_nor_an_entry():
+    _, reader = agents()
+    served_under = Agent.objects.get(pk=reader.pk).generation
+    services.agent_set_read_only(agent=reader, read_only=True)  # a new generation
+    entries = AuditEntry.objects.count()
+
+    with pytest.raises(StaleCache):
+        services.tool_call_pre(agent=reader, session_id="s", tool_name="ls", tool_args={}, served_under=served_under)
+
+    assert not ToolCall.objects.filter(agent=reader).exists()
+    assert AuditEntry.objects.count() == entries
+    current = Agent.objects.get(pk=reader.pk).generation
+    services.tool_call_pre(agent=reader, session_id="s", tool_name="ls", tool_args={}, served_under=current)
+    assert AuditEntry.objects.filter(agent=reader, action="asked").count() == 1
+    assert "audit verified" in verify()
