@@ -1,10 +1,12 @@
-"""Per-process caches of what every tool call reads: the API key's agent, and the agent's hooks.
+"""Per-process caches of what every tool call reads: the API key's agent, the agent's hooks, and
+the session's context (what session-start and the current turn said: `hooks.state`).
 
 They serve only while this process hears the database's change notifications
 (`gateway.realtime.listening()`): every service that changes a key, an agent or
 its hooks calls `config_changed(agent_id)` inside its transaction, which bumps
-the agent's `generation` and announces it; the listener of every server
-process hears it at commit and drops that agent's entries, and a listener that
+the agent's `generation` and announces it; `hooks.state.session_remember`
+announces a session's new context the same way. The listener of every server
+process hears it at commit and drops those entries, and a listener that
 (re)connects makes every cache forget everything. A process that does not
 listen (a Celery worker, a management command, SQLite) reads the database
 every time.
@@ -12,9 +14,12 @@ every time.
 Two races, both closed:
 - between a change's commit and its notification being heard, a call could
   be served from what was cached before: the call is recorded only if the
-  agent's generation is still the one it was served under (the allowed
-  call's one INSERT carries that condition; `services.tool_calls`); if not,
-  the entries are dropped and the call is served afresh;
+  agent's generation is still the one it was served under and the session's
+  context still the one it saw (the allowed call's one statement carries both
+  conditions; `services.tool_calls`); if not, the entries are dropped and the
+  call is served afresh (its hooks run again: a counting hook, such as a rate
+  limit, counts that call twice — only ever inside that window of a
+  millisecond or so);
 - a fill races an invalidation (a reader missed, read the database, and a
   change was announced before it stored what it read): an entry is stored
   only if no invalidation happened since its read began.
@@ -22,6 +27,7 @@ Two races, both closed:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import threading
@@ -32,6 +38,9 @@ from django.db.models import F
 
 from approvals.models import Agent
 from gateway import realtime
+from hooks.state import SESSION_CHANGED_PREFIX, session_changed
+
+SESSION_ENTRIES = 20_000  # sessions' contexts kept per process, the least recently used dropped first
 
 T = TypeVar("T")
 
@@ -53,6 +62,7 @@ class _Cache:
         self._generation = 0
         self._keys: dict[str, KeyHolder] = {}  # key hash -> holder
         self._hooks: dict[int, Any] = {}  # agent id -> (generation, version, hooks)
+        self._sessions: collections.OrderedDict[str, tuple[Any]] = collections.OrderedDict()  # -> (stored,)
         self.last_used: dict[int, dt.datetime] = {}  # key id -> last time written to the key's row
 
     def forget(self, what: str) -> None:
@@ -63,9 +73,12 @@ class _Cache:
                 self._hooks.pop(agent_id, None)
                 for key_hash in [h for h, holder in self._keys.items() if holder.agent_id == agent_id]:
                     del self._keys[key_hash]
+            elif what.startswith(SESSION_CHANGED_PREFIX):
+                self._sessions.pop(what, None)
             else:
                 self._keys.clear()
                 self._hooks.clear()
+                self._sessions.clear()
 
     def _get(self, table: dict[Any, T], key: Any, read: Callable[[], T | None]) -> T | None:
         if not realtime.listening():
@@ -95,6 +108,29 @@ class _Cache:
 
     def agent_hooks(self, agent_id: int, read: Callable[[], Any]) -> Any:
         return self._get(self._hooks, agent_id, read)
+
+    def peek_session_context(self, agent: str, session_id: str) -> tuple[Any] | None:
+        """`(stored,)` if a session's context is cached, else None (no database read)."""
+        return self._sessions.get(session_changed(agent, session_id)) if realtime.listening() else None
+
+    def session_context(self, agent: str, session_id: str, read: Callable[[], Any]) -> Any:
+        """A session's stored context (None if nothing was said about it), `read` on a miss."""
+        if not realtime.listening():
+            return read()
+        key = session_changed(agent, session_id)
+        with self._lock:
+            found = self._sessions.get(key)
+            if found is not None:
+                self._sessions.move_to_end(key)
+                return found[0]
+            generation = self._generation
+        value = read()
+        with self._lock:
+            if generation == self._generation and realtime.listening():
+                self._sessions[key] = (value,)
+                if len(self._sessions) > SESSION_ENTRIES:
+                    self._sessions.popitem(last=False)
+        return value
 
 
 cache = _Cache()

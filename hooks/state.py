@@ -14,17 +14,22 @@ several server processes and workers share counters and markers safely.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
+import json
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from gateway import realtime
 from hooks.models import HookState
 
 SESSION_CONTEXT_KEY = "context"
+SESSION_CHANGED_PREFIX = "session:"
+_UNREAD = object()
 _MAX_FIELD = 200  # HookState.scope and .key
 # Expired state is kept this long before beat deletes it (a new call simply starts anew).
 PURGE_GRACE = dt.timedelta(hours=1)
@@ -168,27 +173,58 @@ def session_scope(session_id: str) -> str:
     return field("session", session_id)
 
 
-def session_values(*, agent: str, session_id: str) -> dict[str, Any]:
-    """What outer levels set for this session: `user_id`, `metadata` (session-start),
-    `turn_id` (the current turn), `started_at`, `ended_at`. {} if nothing was said."""
-    value = (
+def session_stored(*, agent: str, session_id: str) -> Any:
+    """The session's context as stored (a dict), or None if nothing was ever said about the session."""
+    return (
         HookState.objects.filter(agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY)
         .values_list("value", flat=True)
         .first()
     )
-    return dict(value) if isinstance(value, dict) else {}
+
+
+def session_values(*, agent: str, session_id: str, stored: Any = _UNREAD) -> dict[str, Any]:
+    """What outer levels set for this session: `user_id`, `metadata` (session-start),
+    `turn_id` (the current turn), `started_at`, `ended_at`. {} if nothing was said.
+    `stored`: the context as already read (`session_stored`), e.g. from a cache."""
+    if stored is _UNREAD:
+        stored = session_stored(agent=agent, session_id=session_id)
+    return copy.deepcopy(stored) if isinstance(stored, dict) else {}
+
+
+def session_unchanged(*, agent: str, session_id: str, stored: Any) -> tuple[str, dict[str, Any]]:
+    """A SQL condition (named parameters) true while the session's stored context is still `stored`:
+    a write made with a context read earlier (or cached) carries it, so it cannot land on a newer one."""
+    table = connection.ops.quote_name(HookState._meta.db_table)
+    sql = (
+        f"COALESCE((SELECT value FROM {table} WHERE agent = %(session_agent)s AND scope = %(session_scope)s "
+        f"AND key = %(session_key)s), 'null'::jsonb) = %(session_stored)s::jsonb"
+    )
+    return sql, {
+        "session_agent": agent,
+        "session_scope": session_scope(session_id),
+        "session_key": SESSION_CONTEXT_KEY,
+        "session_stored": json.dumps(stored),
+    }
 
 
 def session_remember(*, agent: str, session_id: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Merge `values` into the session's context; returns the context now stored."""
+    """Merge `values` into the session's context; returns the context now stored. A change is
+    announced (`gateway.realtime`) so that server processes caching the context drop it."""
     with transaction.atomic():
-        state, _ = HookState.objects.select_for_update().get_or_create(
+        state, created = HookState.objects.select_for_update().get_or_create(
             agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY, defaults={"value": {}}
         )
         merged = {**(state.value or {}), **values}
         if merged != state.value:
             HookState.objects.filter(pk=state.pk).update(value=merged)
+        if created or merged != state.value:
+            realtime.notify_config_changed(session_changed(agent, session_id))
     return merged
+
+
+def session_changed(agent: str, session_id: str) -> str:
+    """The change notification's payload for one session's context."""
+    return SESSION_CHANGED_PREFIX + json.dumps([agent, session_id])
 
 
 # --------------------------------------------------------------------------- housekeeping

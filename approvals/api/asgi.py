@@ -45,6 +45,7 @@ from approvals.models import Agent, ApiKey
 from approvals.types import ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
 from gateway.realtime import waiters
+from hooks.state import session_changed
 
 logger = logging.getLogger("approvals.api")
 R = TypeVar("R")
@@ -189,7 +190,9 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
     try:
         answer = await in_call_thread(_ask)(holder, validated, services.request_fingerprint(data))
     except StaleCache:
-        cache.forget(f"agent:{holder.agent_id}")  # a change committed that this process has not heard yet
+        # A change committed that this process has not heard of yet: forget what the call read.
+        cache.forget(f"agent:{holder.agent_id}")
+        cache.forget(session_changed(holder.agent_name, validated["session_id"]))
         return False  # served afresh by Django, which reads the key and the agent from the database
     except GatewayError as exc:
         await _send_json(send, exc.status, error_body(exc.code, exc.message, exc.details))

@@ -28,7 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.caches import StaleCache
+from approvals.caches import StaleCache, cache
 from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, ToolCall
 from approvals.services.audit import audit_insert_linked
@@ -75,7 +75,13 @@ def tool_call_pre(
             return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
 
     # What outer levels (session-start, the current turn) said about this session.
-    session = hook_state.session_values(agent=agent.name, session_id=session_id)
+    if served_under is None:
+        stored = hook_state.session_stored(agent=agent.name, session_id=session_id)
+    else:
+        stored = cache.session_context(
+            agent.name, session_id, lambda: hook_state.session_stored(agent=agent.name, session_id=session_id)
+        )
+    session = hook_state.session_values(agent=agent.name, session_id=session_id, stored=stored)
     user_id = user_id or session.get("user_id", "")
     metadata = {**session.get("metadata", {}), **metadata}
     turn_id = session.get("turn_id", "")
@@ -128,7 +134,7 @@ def tool_call_pre(
             # (a savepoint only when a caller already holds a transaction, so a lost race leaves it usable).
             record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
             with transaction.atomic() if transaction.get_connection().in_atomic_block else contextlib.nullcontext():
-                _insert(record, served_under)
+                _insert(record, served_under, stored)
             return answer
         with transaction.atomic():
             confirmation = confirmation_create(
@@ -148,7 +154,7 @@ def tool_call_pre(
             record.confirmation = confirmation
             # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
             record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
-            _insert(record, served_under)
+            _insert(record, served_under, stored)
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
         existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
@@ -158,9 +164,10 @@ def tool_call_pre(
     return answer
 
 
-def _insert(record: ToolCall, served_under: int | None) -> None:
+def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> None:
     """INSERT the record and link it into its agent's audit chain, in one statement; with
-    `served_under`, only if its agent's generation is still that (else StaleCache, nothing written)."""
+    `served_under`, only if its agent's generation is still that and its session's context still
+    `session_stored` (else StaleCache, nothing written)."""
     fields = ToolCall._meta.local_concrete_fields
     quote = connection.ops.quote_name
     params = {
@@ -178,6 +185,12 @@ def _insert(record: ToolCall, served_under: int | None) -> None:
             f"WHERE {quote('id')} = %(served_agent)s AND {quote('generation')} = %(served_under)s)"
         )
         params.update(served_agent=record.agent_id, served_under=served_under)
+        if connection.vendor == "postgresql":
+            unchanged, more = hook_state.session_unchanged(
+                agent=record.agent.name, session_id=record.session_id, stored=session_stored
+            )
+            sql += f" AND {unchanged}"
+            params.update(more)
     if not audit_insert_linked(insert_sql=sql, params=params, agent_id=record.agent_id, action=AuditAction.ASKED, row=record):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False

@@ -13,6 +13,8 @@ from approvals import services
 from approvals.caches import cache
 from approvals.models import Agent, AgentConfigVersion, ApiKey, ToolCall
 from gateway import realtime
+from hooks import state as hook_state
+from hooks.models import HookState
 from tests.conftest import apply_config, make_agent_client
 from tests.support import wait_until
 
@@ -34,8 +36,12 @@ def agent(live_gateway):
     # The first call starts the server's listener; from then on the caches serve.
     assert client.pre_tool_use("fs__write", {}).json()["decision"] == "allow"
     wait_until(realtime.listening, what="the server's listener to connect")
-    assert client.pre_tool_use("fs__write", {}).json()["decision"] == "allow"  # fills the caches
-    assert cache.peek_key_holder(ApiKey.hash_key(client.key)) is not None
+
+    def filled() -> bool:  # a fill is dropped if a notification (this config's, say) arrives during it
+        assert client.pre_tool_use("fs__write", {}).json()["decision"] == "allow"
+        return cache.peek_key_holder(ApiKey.hash_key(client.key)) is not None
+
+    wait_until(filled, what="the caches to fill")
     yield client
     client.http.close()
 
@@ -97,3 +103,39 @@ def test_a_revocation_through_the_service_is_heard_and_the_key_forgotten(agent):
 
     wait_until(lambda: cache.peek_key_holder(ApiKey.hash_key(agent.key)) is None, what="the key to be forgotten")
     assert agent.pre_tool_use("web__search", {}).status_code == 401
+
+
+def cached_as(agent, context: dict) -> None:
+    """Call until the server has heard of the session's context and cached it (its notification may
+    arrive after the first call)."""
+    def cached() -> bool:
+        assert agent.pre_tool_use("web__search", {}).status_code == 200
+        return cache.peek_session_context("cached-bot", "s-1") == (context,)
+
+    wait_until(cached, what=f"the session's context {context} to be cached")
+
+
+def test_a_new_turn_not_yet_heard_of_is_the_one_the_next_call_is_recorded_under(agent):
+    hook_state.session_remember(agent="cached-bot", session_id="s-1", values={"turn_id": "t-1"})
+    cached_as(agent, {"turn_id": "t-1"})
+    assert ToolCall.objects.order_by("-created_at").first().turn_id == "t-1"
+    # The next turn begins, written behind the server's back: it has not heard of it.
+    HookState.objects.filter(agent="cached-bot", scope=hook_state.session_scope("s-1")).update(
+        value={"turn_id": "t-2"}
+    )
+
+    assert agent.pre_tool_use("web__search", {}).status_code == 200
+
+    assert ToolCall.objects.order_by("-created_at").first().turn_id == "t-2"
+    cached_as(agent, {"turn_id": "t-2"})  # and the stale entry was dropped, not kept to fail every call
+
+
+def test_a_session_context_written_through_the_service_is_heard_and_forgotten(agent):
+    hook_state.session_remember(agent="cached-bot", session_id="s-1", values={"user_id": "ann"})
+    cached_as(agent, {"user_id": "ann"})
+
+    hook_state.session_remember(agent="cached-bot", session_id="s-1", values={"user_id": "bob"})
+
+    wait_until(lambda: cache.peek_session_context("cached-bot", "s-1") is None, what="the context to be forgotten")
+    agent.pre_tool_use("web__search", {})
+    assert ToolCall.objects.order_by("-created_at").first().user_id == "bob"
