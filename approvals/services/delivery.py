@@ -108,7 +108,8 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
     if row.kind in (OutboxKind.UPDATE, OutboxKind.REMIND):
         for card_row in selectors.posted_cards(confirmation):
             adapter = selectors.channel_adapter(card_row.channel)
-            card = selectors.card_view(confirmation, channel_name=card_row.channel.name)
+            # The card's own request: for a call of a turn, the turn's card lists it.
+            card = selectors.card_view(card_row.confirmation, channel_name=card_row.channel.name)
             ref = MessageRef(card_row.message_ref or {})
             if row.kind == OutboxKind.REMIND:
                 adapter.notify_approvers(card, ref, row.payload.get("text", "Reminder: this request is waiting for you."))
@@ -154,10 +155,14 @@ def _fail_closed_if_undelivered(row: Outbox, exc: DeliveryFailed) -> None:
     others = Outbox.objects.filter(confirmation_id=row.confirmation_id, kind=OutboxKind.CARD).exclude(pk=row.pk)
     if others.filter(status__in=[OutboxStatus.SENT, OutboxStatus.PENDING]).exists():
         return
-    confirmation_transition(
-        row.confirmation_id,
-        Status.REJECTED,
-        decided_by=SYSTEM_ACTOR,
-        reason=f"the approval card could not be delivered to channel {row.channel.name}: {exc.message}",
-        channel=row.channel.name,
-    )
+    # The calls of its turn shown on this card can reach nobody either.
+    members = ConfirmationRequest.objects.filter(batch_lead_id=row.confirmation_id, status=Status.PENDING)
+    for pk in [row.confirmation_id, *members.values_list("pk", flat=True)]:
+        confirmation_transition(
+            pk,
+            Status.REJECTED,
+            decided_by=SYSTEM_ACTOR,
+            decided_by_name=SYSTEM_ACTOR,
+            reason=f"the approval card could not be delivered to channel {row.channel.name}: {exc.message}",
+            channel=row.channel.name,
+        )

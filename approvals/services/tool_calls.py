@@ -16,13 +16,15 @@ import json
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.arguments import args_fingerprint, editable_paths, masked_paths
 from approvals.errors import IdempotencyMismatch
-from approvals.models import Agent, ConfirmationRequest, ToolCall
+from approvals.models import Agent, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.confirmations import confirmation_create
+from approvals.services.grants import grant_reason, grant_use
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import HookContext
@@ -51,8 +53,10 @@ def tool_call_pre(
     callback_url: str = "",
     fingerprint: str = "",
     now: dt.datetime | None = None,
+    turn_id: str = "",
 ) -> PreToolUseAnswer:
-    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so."""
+    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so
+    (unless a live grant covers the call: `_ask_or_grant`)."""
     metadata = metadata or {}
     if idempotency_key:
         existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
@@ -63,7 +67,7 @@ def tool_call_pre(
     session = hook_state.session_values(agent=agent.name, session_id=session_id)
     user_id = user_id or session.get("user_id", "")
     metadata = {**session.get("metadata", {}), **metadata}
-    turn_id = session.get("turn_id", "")
+    turn_id = turn_id or session.get("turn_id", "")
     version, hooks = selectors.agent_hooks(agent=agent)
     ctx = HookContext(
         event="pre_tool_use",
@@ -91,13 +95,16 @@ def tool_call_pre(
     )
     try:
         with transaction.atomic():
-            confirmation = None
+            confirmation = grant = None
             if outcome.ask is not None:
-                confirmation = confirmation_create(
+                grant, confirmation = _ask_or_grant(
+                    answer,
                     agent=agent,
                     spec=outcome.ask,
                     session_id=session_id,
+                    turn_id=turn_id,
                     tool_name=tool_name,
+                    tool_args=outcome.tool_args,
                     stored_args=stored_args,
                     tool_call_id=tool_call_id,
                     user_id=user_id,
@@ -106,7 +113,6 @@ def tool_call_pre(
                     callback_url=callback_url,
                     now=now,
                 )
-                answer.confirmation_id = str(confirmation.id)
             redacted = outcome.stored_args is not None
             ToolCall.objects.create(
                 agent=agent,
@@ -123,6 +129,7 @@ def tool_call_pre(
                 hook_decisions=outcome.hook_decisions,
                 config_version=version,
                 confirmation=confirmation,
+                grant=grant,
                 idempotency_key=idempotency_key or None,
                 request_fingerprint=fingerprint,
                 # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
@@ -135,6 +142,73 @@ def tool_call_pre(
             raise
         return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
     return answer
+
+
+def _ask_or_grant(
+    answer: PreToolUseAnswer,
+    *,
+    agent: Agent,
+    spec: Any,
+    session_id: str,
+    turn_id: str,
+    tool_name: str,
+    tool_args: dict[str, Any],
+    stored_args: dict[str, Any],
+    **create: Any,
+) -> tuple[Grant | None, ConfirmationRequest | None]:
+    """A gate asks (every deny rule has had its say): a live grant covering the call allows it,
+    else a human is asked. Inside the caller's transaction; `answer` is updated in place.
+
+    The calls of one turn are taken one at a time (a transaction-scoped advisory lock on the
+    agent, session and turn), and while a call of the turn is pending, a later one is never let
+    through by a grant: it is asked too, and shown on the turn's card with the pending one.
+    """
+    fingerprint = args_fingerprint(tool_name, tool_args)
+    turn_pending = False
+    if turn_id:
+        _lock_turn(agent, session_id, turn_id)
+        turn_pending = ConfirmationRequest.objects.filter(
+            agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING
+        ).exists()
+    grant = None
+    if not turn_pending:
+        grant = grant_use(
+            agent=agent, session_id=session_id, tool_name=tool_name, gate=spec.gate, fingerprint=fingerprint,
+            now=create.get("now"),
+        )  # fmt: skip
+    if grant is not None:
+        answer.decision = "allow"
+        answer.reason = grant_reason(grant)
+        answer.side_effects = [*answer.side_effects, "allowed_by_grant"]
+        answer.hook_decisions = [
+            *answer.hook_decisions,
+            {"hook": spec.gate, "kind": "grant", "decision": "allow", "reason": answer.reason},
+        ]
+        return grant, None
+    confirmation = confirmation_create(
+        agent=agent,
+        spec=spec,
+        session_id=session_id,
+        tool_name=tool_name,
+        stored_args=stored_args,
+        turn_id=turn_id,
+        editable_paths=editable_paths(
+            spec.allow_edit, stored_args=stored_args, masked=masked_paths(tool_args, stored_args)
+        ),
+        args_fingerprint=fingerprint,
+        **create,
+    )
+    answer.confirmation_id = str(confirmation.id)
+    return None, confirmation
+
+
+def _lock_turn(agent: Agent, session_id: str, turn_id: str) -> None:
+    """Serialise the asks of one turn until the transaction ends (PostgreSQL; SQLite has one writer anyway)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [agent.pk % 2**31, f"turn\x1f{session_id}\x1f{turn_id}"]
+            )
 
 
 def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> PreToolUseAnswer:

@@ -120,14 +120,20 @@ def test_the_approve_action_decides_once_and_records_the_staff_user(agent, admin
     first = run_action(admin_client_as_olga, "approve_selected", [confirmation])
     second = run_action(admin_client_as_olga, "approve_selected", [confirmation])
 
-    assert "Approved 1 request as olga." in first.content.decode()
-    assert "Already approved by olga." in second.content.decode()
+    assert "Approved 1 request as admin:olga." in first.content.decode()
+    assert "Already approved by admin:olga." in second.content.decode()
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "olga")
+    # Channel-qualified, the name beside it: the admin and every answer say the same.
+    assert (confirmation.status, confirmation.decided_by, confirmation.decided_by_name) == (
+        "approved", "admin:olga", "olga"
+    )  # fmt: skip
     approved = ConfirmationEvent.objects.get(confirmation=confirmation, kind="approved")
-    assert (approved.actor, approved.channel) == ("olga", "admin")
-    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [("olga", "approve")]
-    assert agent.wait(str(confirmation.pk), timeout=5).json()["decided_by"] == "olga"
+    assert (approved.actor, approved.channel) == ("admin:olga", "admin")
+    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [("admin:olga", "approve")]
+    state = agent.wait(str(confirmation.pk), timeout=5).json()
+    assert (state["decided_by"], state["decided_by_name"]) == ("admin:olga", "olga")
+    listed = admin_client_as_olga.get(CHANGELIST).content.decode()
+    assert "admin:olga" in listed
 
 
 def test_two_operators_approving_at_once_decide_the_request_exactly_once(agent, olga):
@@ -158,7 +164,7 @@ def test_two_operators_approving_at_once_decide_the_request_exactly_once(agent, 
     assert ConfirmationEvent.objects.filter(confirmation=confirmation, kind="approved").count() == 1
     winner = ConfirmationEvent.objects.get(confirmation=confirmation, kind="approved").actor
     assert confirmation.decided_by == winner
-    assert winner in {"olga", "omar"}
+    assert winner in {"admin:olga", "admin:omar"}
 
 
 def test_the_reject_action_asks_for_a_reason_and_the_agent_receives_it(agent, admin_client_as_olga):
@@ -183,9 +189,9 @@ def test_the_reject_action_asks_for_a_reason_and_the_agent_receives_it(agent, ad
         follow=True,
     )  # fmt: skip
 
-    assert "Rejected 1 request as olga." in done.content.decode()
+    assert "Rejected 1 request as admin:olga." in done.content.decode()
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("rejected", "olga")
+    assert (confirmation.status, confirmation.decided_by) == ("rejected", "admin:olga")
     state = agent.wait(str(confirmation.pk), timeout=5).json()
     assert state["reason"] == "vendor not on the approved list"
 
@@ -203,15 +209,15 @@ def test_the_cancel_action_cancels_pending_requests_and_leaves_decided_ones(agen
     )  # fmt: skip
 
     html = response.content.decode()
-    assert "Cancelled 1 request(s) as olga." in html
+    assert "Cancelled 1 request(s) as admin:olga." in html
     assert "1 request(s) were already decided; left unchanged." in html
     waiting.refresh_from_db()
     approved.refresh_from_db()
     assert (waiting.status, waiting.decided_by, waiting.decision_reason) == (
-        "cancelled", "olga", "agent run aborted by ops"
+        "cancelled", "admin:olga", "agent run aborted by ops"
     )  # fmt: skip
-    assert (approved.status, approved.decided_by) == ("approved", "bob")
-    assert ConfirmationEvent.objects.get(confirmation=waiting, kind="cancelled").actor == "olga"
+    assert (approved.status, approved.decided_by) == ("approved", "web:bob")
+    assert ConfirmationEvent.objects.get(confirmation=waiting, kind="cancelled").actor == "admin:olga"
 
 
 def test_staff_without_the_change_permission_get_no_actions(agent, transactional_db):
@@ -251,7 +257,7 @@ def test_the_detail_page_is_read_only_with_the_timeline_and_the_tool_call(agent,
     forged = admin_client_as_olga.post(url, {"status": "pending", "decided_by": "mallory"})
     assert forged.status_code == 403
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "alice")
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:alice")
 
 
 # --------------------------------------------------------------------------- audit rows

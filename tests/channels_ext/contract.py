@@ -29,11 +29,17 @@ TOOL = "oa__purchase_pay"
 @dataclasses.dataclass(frozen=True)
 class Person:
     """Someone in a channel: `id` as the channel knows them (what gates list as approvers),
-    `decided_by` as the gateway records and reports a decision of theirs."""
+    `decided_by` as the gateway records and reports a decision of theirs (channel-qualified:
+    `slack:U…`, `feishu:ou_…`, `web:alice`), `name` their display name beside it."""
 
     id: str
     name: str
     decided_by: str
+
+    @property
+    def label(self) -> str:
+        """How people and agents are told who decided: "alice (slack:U0ALICE)"."""
+        return self.decided_by if self.name in ("", self.id, self.decided_by) else f"{self.name} ({self.decided_by})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +130,17 @@ class ChannelContract:
 
         assert told.taken
         answer = waiting.result(timeout=20).json()
-        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {approver.decided_by}")
+        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {approver.label}")
         assert answer["tool_args"] == {"amount": 80000}
         confirmation = ConfirmationRequest.objects.get()
-        assert (confirmation.status, confirmation.decided_by) == ("approved", approver.decided_by)
-        assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(approver.id, "approve")]
+        assert (confirmation.status, confirmation.decided_by, confirmation.decided_by_name) == (
+            "approved",
+            approver.decided_by,
+            approver.name,
+        )
+        assert list(ApproverResponse.objects.values_list("approver", "approver_name", "decision")) == [
+            (approver.decided_by, approver.name, "approve")
+        ]
         driver.expect_decided(card, status="approved", by=approver)
 
     def test_a_rejection_reaches_an_agent_long_polling_with_who_rejected_and_why(self, driver, background):
@@ -142,14 +154,15 @@ class ChannelContract:
 
         assert told.taken
         state = waiting.result(timeout=20).json()
-        assert (state["status"], state["decided_by"], state["reason"]) == (
+        assert (state["status"], state["decided_by"], state["decided_by_name"], state["reason"]) == (
             "rejected",
             approver.decided_by,
+            approver.name,
             "Over budget this quarter",
         )
         responses = ApproverResponse.objects.filter(confirmation_id=confirmation_id)
         assert list(responses.values_list("approver", "decision", "reason")) == [
-            (approver.id, "reject", "Over budget this quarter")
+            (approver.decided_by, "reject", "Over budget this quarter")
         ]
         driver.expect_decided(card, status="rejected", by=approver, reason="Over budget this quarter")
 
@@ -166,7 +179,7 @@ class ChannelContract:
         assert told.text == "You are not one of the approvers of this request."
         assert request_state(confirmation_id) == before
         refused = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="refused_click")
-        assert list(refused.values_list("actor", flat=True)) == [driver.outsider.id]  # audited
+        assert list(refused.values_list("actor", flat=True)) == [driver.outsider.decided_by]  # audited
         driver.expect_open(card)
         # The approvers can still decide.
         assert driver.click(card, driver.approvers[0], "approve").taken
@@ -184,7 +197,7 @@ class ChannelContract:
         late_reject = driver.click(card, second, "reject", reason="too late")
         double_click = driver.click(card, first, "approve")
 
-        assert late_reject.text == double_click.text == f"Already approved by {first.decided_by}."
+        assert late_reject.text == double_click.text == f"Already approved by {first.label}."
         assert request_state(confirmation_id) == before
         assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="late_click").count() == 2
 
@@ -197,7 +210,7 @@ class ChannelContract:
         first, again = driver.click_twice(card, approver, "approve")
 
         assert first.taken and again.taken
-        assert again.text == driver.duplicate_told.format(by=approver.decided_by)
+        assert again.text == driver.duplicate_told.format(by=approver.label)
         assert ApproverResponse.objects.filter(confirmation_id=confirmation_id).count() == 1
         assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="approved").count() == 1
 
@@ -213,8 +226,8 @@ class ChannelContract:
         confirmation = ConfirmationRequest.objects.get()
         winner = next(p for p in driver.approvers if p.decided_by == confirmation.decided_by)
         loser = next(p for p in driver.approvers if p is not winner)
-        assert ApproverResponse.objects.get().approver == winner.id
-        assert told[driver.approvers.index(loser)].text == f"Already approved by {winner.decided_by}."
+        assert ApproverResponse.objects.get().approver == winner.decided_by
+        assert told[driver.approvers.index(loser)].text == f"Already approved by {winner.label}."
         kinds = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).values_list("kind", flat=True)
         assert sorted(k for k in kinds if k not in ("card_posted", "card_updated")) == ["approved", "created", "late_click"]
         driver.expect_decided(card, status="approved", by=winner)

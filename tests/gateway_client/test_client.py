@@ -56,7 +56,7 @@ def test_the_sync_client_returns_an_approval_that_arrives_after_the_first_long_p
 
     assert time.monotonic() - started >= 2.5  # the ask (1 s) and at least one /wait round (1 s) ended pending first
     assert decision.allowed
-    assert decision.reason == "approved by alice"
+    assert decision.reason == "approved by web:alice"
     assert decision.tool_args == {"command": "git push"}
     assert decision.confirmation_id == str(ConfirmationRequest.objects.get().pk)
     assert ToolCall.objects.count() == 1
@@ -77,7 +77,7 @@ def test_the_async_client_returns_a_rejection_that_arrives_after_the_first_long_
 
     assert waited >= 2.5
     assert decision.denied
-    assert decision.reason == "rejected by alice: not on main"
+    assert decision.reason == "rejected by web:alice: not on main"
     assert not decision.still_pending and not decision.unreachable
 
 
@@ -94,7 +94,7 @@ def test_the_sync_client_keeps_waiting_across_a_gateway_restart(
 
     assert gateway.starts == 2
     assert decision.allowed
-    assert decision.reason == "approved by alice"
+    assert decision.reason == "approved by web:alice"
     assert ConfirmationRequest.objects.count() == 1  # reconnecting never asked twice
 
 
@@ -112,7 +112,7 @@ def test_the_async_client_keeps_waiting_across_a_gateway_restart(restartable_gat
 
     assert gateway.starts == 2
     assert decision.denied
-    assert decision.reason == "rejected by alice: frozen"
+    assert decision.reason == "rejected by web:alice: frozen"
     assert ConfirmationRequest.objects.count() == 1
 
 
@@ -279,7 +279,7 @@ def test_the_async_thin_methods_answer_like_the_sync_ones(live_gateway, coder_ke
     pending, final, ended = asyncio.run(run())
 
     assert pending.still_pending
-    assert final["status"] == "approved" and final["decided_by"] == "alice"
+    assert final["status"] == "approved" and final["decided_by"] == "web:alice"
     assert "side_effects" in ended
 
 

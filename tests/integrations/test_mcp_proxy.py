@@ -196,7 +196,7 @@ def test_a_rejected_call_never_reaches_the_upstream_and_the_client_gets_the_reas
         result = call.result(timeout=WAIT)
 
     assert result.is_error
-    assert text(result) == "crm__delete_customer was not run: rejected by bob: Not without a support ticket"
+    assert text(result) == "crm__delete_customer was not run: rejected by bob (slack:U0BOB): Not without a support ticket"
     assert crm_server.calls == []
 
 

@@ -58,10 +58,11 @@ class FeishuCard:
 
 class FeishuDriver:
     approvers = (
-        Person(APPROVER, "approver", APPROVER),  # Feishu decisions are recorded under the open_id
-        Person(OTHER_APPROVER, "other approver", OTHER_APPROVER),
+        # Feishu callbacks carry no display name: the open_id is the name too.
+        Person(APPROVER, APPROVER, f"feishu:{APPROVER}"),
+        Person(OTHER_APPROVER, OTHER_APPROVER, f"feishu:{OTHER_APPROVER}"),
     )
-    outsider = Person(OUTSIDER, "outsider", OUTSIDER)
+    outsider = Person(OUTSIDER, OUTSIDER, f"feishu:{OUTSIDER}")
     duplicate_told = "This click was already handled."  # a redelivery carries the same header.event_id
 
     def __init__(self, live_gateway, fake_feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch):

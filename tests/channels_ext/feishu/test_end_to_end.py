@@ -306,7 +306,7 @@ def test_an_approvers_click_wakes_the_waiting_agent_with_allow_and_answers_with_
     assert not waiting_agent.is_alive(), "the waiting agent was not answered within 5 s of the click"
     [answer] = answers
     assert answer.json()["decision"] == "allow"
-    assert answer.json()["reason"] == f"approved by {APPROVER}"
+    assert answer.json()["reason"] == f"approved by feishu:{APPROVER}"
     assert answered_in < 3  # Feishu shows the clicker an error after 3 s
     toast, card = toast_and_card(response)
     assert toast == {"type": "success", "content": "Approved."}
@@ -333,7 +333,7 @@ def test_a_reject_with_a_reason_delivers_the_reason_to_the_waiting_agent(deploy)
     [waited] = waits
     assert waited.json()["status"] == "rejected"
     assert waited.json()["reason"] == "Vendor is not on the approved list"
-    assert waited.json()["decided_by"] == APPROVER
+    assert waited.json()["decided_by"] == f"feishu:{APPROVER}"
     toast, card = toast_and_card(response)
     assert toast == {"type": "success", "content": "Rejected."}
     assert card["header"]["template"] == "red"

@@ -36,10 +36,10 @@ _HEADS = {"approved": "✅ Approved", "rejected": "❌ Rejected", "expired": "�
 
 class SlackDriver:
     approvers = (
-        Person(ALICE.id, ALICE.name, ALICE.name),  # Slack decisions are recorded under the display name
-        Person(BOB.id, BOB.name, BOB.name),
+        Person(ALICE.id, ALICE.name, f"slack:{ALICE.id}"),  # recorded under the user id, the name beside it
+        Person(BOB.id, BOB.name, f"slack:{BOB.id}"),
     )
-    outsider = Person(MALLORY.id, MALLORY.name, MALLORY.name)  # in the channel, not an approver
+    outsider = Person(MALLORY.id, MALLORY.name, f"slack:{MALLORY.id}")  # in the channel, not an approver
     duplicate_told = "Already approved by {by}."  # Slack has no event id for clicks: the second one is late
 
     def __init__(self, live_gateway, fake_slack: FakeSlack):
@@ -72,7 +72,7 @@ class SlackDriver:
 
     def _deliver(self, card: PostedCard, person: Person, decision: str, payload: dict[str, Any], note_to: str, reason: str) -> Told:
         confirmation_id = unsign_confirmation_id(card.button(decision)["value"])
-        answered = ApproverResponse.objects.filter(confirmation_id=confirmation_id, approver=person.id)
+        answered = ApproverResponse.objects.filter(confirmation_id=confirmation_id, approver=person.decided_by)
         had_answered = answered.exists()
         response = post_interaction(self.live_gateway, payload)
         if response.status_code != 200:
@@ -129,7 +129,7 @@ class SlackDriver:
         return httpx.post(url, content=body, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code
 
     def expect_decided(self, card: PostedCard, *, status: str, by: Person | None, reason: str = "") -> None:
-        head = _HEADS[status] + (f" by {by.decided_by}" if by is not None else "")
+        head = _HEADS[status] + (f" by <@{by.id}>" if by is not None else "")
 
         def redrawn() -> dict[str, Any] | None:
             message = card.message(self.fake)

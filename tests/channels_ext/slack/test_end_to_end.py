@@ -262,16 +262,16 @@ def test_reject_opens_a_reason_modal_and_the_agent_receives_the_reason(
 
     assert (submitted.status_code, submitted.json()) == (200, {"response_action": "clear"})
     answer = waiting.result(timeout=WAIT).json()
-    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob: Over budget this quarter")
+    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob (slack:U0BOB): Over budget this quarter")
     confirmation = ConfirmationRequest.objects.get()
     assert (confirmation.status, confirmation.decision_reason) == ("rejected", "Over budget this quarter")
     assert list(ApproverResponse.objects.values_list("approver", "decision", "reason")) == [
-        (BOB.id, "reject", "Over budget this quarter")
+        (f"slack:{BOB.id}", "reject", "Over budget this quarter")
     ]
 
     wait_until(lambda: card_updates(fake_slack, card))
     message = assert_buttons_gone(fake_slack, card)
-    assert message["text"].startswith("❌ Rejected by bob at <!date^")
+    assert message["text"].startswith(f"❌ Rejected by <@{BOB.id}> at <!date^")
     assert "— Over budget this quarter" in block_text(message["blocks"])
 
 
@@ -318,7 +318,7 @@ def test_a_non_approvers_clicks_change_nothing_and_they_are_told_why(slack_agent
     assert ApproverResponse.objects.count() == 0
     assert event_kinds(confirmation_id) == ["created", "card_posted", "refused_click", "refused_click"]
     refused = ConfirmationEvent.objects.filter(kind="refused_click")
-    assert {(e.actor, e.channel) for e in refused} == {(MALLORY.id, "ops-slack")}  # both clicks in the trail
+    assert {(e.actor, e.channel) for e in refused} == {(f"slack:{MALLORY.id}", "ops-slack")}  # both clicks in the trail
     assert fake_slack.calls("chat.update") == []
 
 

@@ -30,10 +30,10 @@ def test_an_approver_signs_in_from_the_link_approves_and_the_waiting_agent_is_al
     page.get_by_role("button", name="Approve").click()
 
     expect(page.locator("#status")).to_have_text("approved")
-    expect(page.locator("#decision-text")).to_contain_text("Approved by alice at")
+    expect(page.locator("#decision-text")).to_contain_text("Approved by web:alice at")
     body = held.result()
     assert body["decision"] == "allow"
-    assert body["reason"] == "approved by alice"
+    assert body["reason"] == "approved by web:alice"
     assert body["tool_args"] == {"amount": 80000, "vendor": "ACME"}
 
 
@@ -54,7 +54,7 @@ def test_an_approver_rejects_with_a_reason_and_the_waiting_agent_receives_it(age
     expect(page.locator("#decision-reason")).to_have_text("“over the quarterly budget”")
     body = held.result()
     assert body["decision"] == "deny"
-    assert body["reason"] == "rejected by bob: over the quarterly budget"
+    assert body["reason"] == "rejected by web:bob: over the quarterly budget"
 
 
 def test_someone_who_is_not_an_approver_sees_no_working_buttons(agent, people, public_url, new_page):
@@ -98,12 +98,12 @@ def test_a_page_left_open_shows_a_decision_made_elsewhere_without_a_reload(agent
     decide(held.confirmation_id, "reject", actor="bob", reason="duplicate invoice")
 
     expect(page.locator("#status")).to_have_text("rejected")
-    expect(page.locator("#changed")).to_have_text("This request was rejected by bob while this page was open.")
-    expect(page.locator("#decision-text")).to_contain_text(re.compile(r"Rejected by bob at \d{4}-\d\d-\d\d"))
+    expect(page.locator("#changed")).to_have_text("This request was rejected by web:bob while this page was open.")
+    expect(page.locator("#decision-text")).to_contain_text(re.compile(r"Rejected by web:bob at \d{4}-\d\d-\d\d"))
     expect(page.locator("#decision-reason")).to_have_text("“duplicate invoice”")
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
     assert page.evaluate("() => window.sameDocument") is True  # updated in place, not reloaded
-    assert held.result()["reason"] == "rejected by bob: duplicate invoice"
+    assert held.result()["reason"] == "rejected by web:bob: duplicate invoice"
 
 
 def test_staff_sign_in_on_the_admin_login_and_decide_a_request_they_do_not_approve(
@@ -123,5 +123,5 @@ def test_staff_sign_in_on_the_admin_login_and_decide_a_request_they_do_not_appro
     expect(page.locator("#as-staff")).to_be_visible()
     page.get_by_role("button", name="Approve").click()
 
-    expect(page.locator("#decision-text")).to_contain_text("Approved by olga")
-    assert held.result()["reason"] == "approved by olga"
+    expect(page.locator("#decision-text")).to_contain_text("Approved by web:olga")
+    assert held.result()["reason"] == "approved by web:olga"

@@ -22,8 +22,8 @@ _FLASH = re.compile(r'<li class="[^"]*" role="status">(.*?)</li>', re.S)
 
 
 class WebDriver:
-    approvers = (Person("alice", "alice", "alice"), Person("bob", "bob", "bob"))
-    outsider = Person("carol", "carol", "carol")  # signed in, but not an approver
+    approvers = (Person("alice", "alice", "web:alice"), Person("bob", "bob", "web:bob"))
+    outsider = Person("carol", "carol", "web:carol")  # signed in, but not an approver
     duplicate_told = "Already approved by {by}."
 
     def __init__(self, live_gateway):
@@ -84,7 +84,7 @@ agents:
         verb = {"approved": "Approved", "rejected": "Rejected", "expired": "Expired", "cancelled": "Cancelled"}[status]
         said = f"<strong>{verb}</strong>"
         if by is not None:
-            said += f" by {by.decided_by}"
+            said += f" by {html.escape(by.label)}"
         assert said in page
         assert f'id="request" data-status="{status}"' in page
         assert 'name="decision"' not in page  # no buttons once decided
