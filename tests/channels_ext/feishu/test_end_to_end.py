@@ -77,7 +77,8 @@ channels:
 """
 
 
-def agents_yaml(timeout_seconds: int) -> str:
+def agents_yaml(timeout_seconds: int, gate_keys: str = "") -> str:
+    """purchasing-bot's gate on TOOL; `gate_keys`: more of the gate's keys, as YAML lines."""
     return f"""
 agents:
   - name: purchasing-bot
@@ -88,7 +89,7 @@ agents:
         channel: {CHANNEL}
         approvers: ["{APPROVER}", "{OTHER_APPROVER}"]
         timeout_seconds: {timeout_seconds}
-"""
+{gate_keys}"""
 
 
 

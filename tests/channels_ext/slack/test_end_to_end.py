@@ -66,7 +66,8 @@ BOB = SlackUser("U0BOB", "bob")
 MALLORY = SlackUser("U0MALLORY", "mallory")  # a member of the channel who is not an approver
 
 
-def configure(fake_slack: FakeSlack, *, timeout_seconds: int = 1800) -> None:
+def configure(fake_slack: FakeSlack, *, timeout_seconds: int = 1800, gate_keys: str = "") -> None:
+    """The Slack channel and purchasing-bot's gate on TOOL; `gate_keys`: more of the gate's keys, as YAML lines."""
     apply_config(
         f"""
 channels:
@@ -85,7 +86,7 @@ agents:
         channel: ops-slack
         approvers: ["{ALICE.id}", "{BOB.id}"]
         timeout_seconds: {timeout_seconds}
-"""
+{gate_keys}"""
     )
 
 
