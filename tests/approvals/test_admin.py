@@ -24,7 +24,9 @@ from approvals.models import (
     Outbox,
     ToolCall,
 )
-from tests.conftest import apply_config, decide
+from approvals import services
+from channels_ext.base import Callback
+from tests.conftest import WEB_GATE_CONFIG, apply_config, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -455,3 +457,52 @@ channels:
         assert "xoxb-1234567890-abcdefghijkl" not in html and "8f2b1c9d7e6a5f4b" not in html
         assert "••••••ijkl" in html  # enough to tell tokens apart
         assert "C0123456789" in html
+
+
+# --------------------------------------------------------------------------- grants and edits
+
+
+def test_grants_are_listed_and_revoked_in_the_admin_and_stop_at_once(agent, admin_client_as_olga):
+    apply_config(
+        WEB_GATE_CONFIG.replace(
+            "timeout_seconds: 1800", "timeout_seconds: 1800\n        grants: [{scope: minutes, minutes: 15, args: any}]"
+        )
+    )
+    confirmation = ask(agent)
+    assert services.confirmation_respond(
+        channel_name="web", callback=Callback(confirmation_id=str(confirmation.pk), decision="approve", actor="bob", grant=0)
+    ).applied
+    allowed = agent.pre_tool_use("oa__purchase_pay", {"amount": 7}).json()
+    assert allowed["decision"] == "allow"
+
+    listed = admin_client_as_olga.get("/admin/approvals/grant/").content.decode()
+    assert "for 15 min (any arguments)" in listed and "web:bob" in listed and "live" in listed
+    call = ToolCall.objects.get(grant__isnull=False)
+    assert "for 15 min (any arguments)" in admin_client_as_olga.get(f"/admin/approvals/toolcall/{call.pk}/change/").content.decode()
+    done = admin_client_as_olga.post(
+        "/admin/approvals/grant/",
+        {"action": "revoke_selected", "_selected_action": [str(call.grant_id)], "index": "0"},
+        follow=True,
+    )
+
+    assert "Revoked 1 grant(s) as admin:olga." in done.content.decode()
+    assert agent.pre_tool_use("oa__purchase_pay", {"amount": 7}).json()["decision"] == "pending"
+    assert "revoked by admin:olga" in admin_client_as_olga.get("/admin/approvals/grant/").content.decode()
+
+
+def test_an_edited_approval_shows_what_was_proposed_approved_and_ran(agent, admin_client_as_olga):
+    apply_config(WEB_GATE_CONFIG.replace("timeout_seconds: 1800", "timeout_seconds: 1800\n        allow_edit: true"))
+    confirmation = ask(agent, args={"amount": 80000}, tool_call_id="call-7")
+    decide_edited = Callback(confirmation_id=str(confirmation.pk), decision="approve", actor="alice", edits={"amount": 800})
+    assert services.confirmation_respond(channel_name="web", callback=decide_edited).message == "Approved with your edits."
+    agent.http.post(
+        "/api/v1/hooks/post-tool-use",
+        json={"session_id": "s-1", "tool_call_id": "call-7", "tool_args": {"amount": 800}, "result": "paid"},
+    )
+
+    html = admin_client_as_olga.get(f"{CHANGELIST}{confirmation.pk}/change/").content.decode()
+
+    labels = [html.index(label) for label in ("Proposed by the agent", "<strong>edited</strong> (amount)", "Ran (post-tool-use)")]
+    assert labels == sorted(labels)  # proposed, approved, ran: in that order
+    assert "&quot;amount&quot;: 80000" in html and "&quot;amount&quot;: 800\n" in html
+    assert "web:alice" in html

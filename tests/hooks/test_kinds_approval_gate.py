@@ -274,3 +274,37 @@ agents:
 
     assert decide(confirmation_id, "approve", actor="alice").code == "decided"
     assert agent.wait(confirmation_id).json()["status"] == "approved"
+
+
+# --- a warning before the deadline ----------------------------------------------------------------
+
+
+def test_a_warning_before_the_deadline_pings_the_approvers_once_with_the_time_left(live_gateway, transactional_db):
+    apply_config(
+        """
+channels: [{name: web, kind: web}]
+agents:
+  - name: bot
+    hooks: [{kind: approval_gate, channel: web, approvers: [alice], timeout_seconds: 600, warn_before_seconds: 120}]
+"""
+    )
+    agent = make_agent_client(live_gateway, "bot")
+    warned = agent.pre_tool_use("deploy", {}).json()["confirmation_id"]
+    decided = agent.pre_tool_use("deploy", {"n": 2}).json()["confirmation_id"]
+    confirmation = ConfirmationRequest.objects.get(pk=warned)
+    assert confirmation.expires_at - confirmation.warn_at == dt.timedelta(seconds=120)
+    decide(decided, "approve")
+    assert run_timers.apply().get()["warned"] == 0  # not yet due
+
+    make_due(warned, warn_at="")
+    make_due(decided, warn_at="")
+    assert run_timers.apply().get()["warned"] == 1  # the decided one is not warned
+    assert run_timers.apply().get()["warned"] == 0  # once
+
+    (row,) = rows_of(warned, "remind")
+    assert row.dedupe_key == f"{warned}:warn"
+    assert row.payload["text"].startswith("Deadline soon: 9 min") and row.payload["text"].endswith(
+        "then the agent is told deny."
+    )
+    assert ConfirmationEvent.objects.get(confirmation_id=warned, kind="warned").message == row.payload["text"]
+    assert not rows_of(decided, "remind")

@@ -271,6 +271,7 @@ def test_the_card_is_sent_to_the_chat_with_the_request_and_buttons_carrying_the_
         f"**End user:** {END_USER}",
         f"**Why:** {escape(f'{TOOL} needs approval (finance-gate)')} (hook: finance-gate)",
         "**Expires:** ",
+        " min left)",  # the time left as the card was drawn
         f"**Approvers:** <at id={APPROVER}></at> <at id={OTHER_APPROVER}></at>",
         f"[Open the approval page]({page_url})",
     ):

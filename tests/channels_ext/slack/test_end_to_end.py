@@ -219,6 +219,7 @@ def test_the_card_shows_the_call_and_carries_the_approve_and_reject_buttons(slac
     assert f"_Arguments shortened — <{url}|see them all>_" in text
     assert "*Why:* oa__purchase_pay needs approval (finance-gate) _(hook `finance-gate`)_" in text
     assert f"*Expires:* <!date^{int(confirmation.expires_at.timestamp())}^" in text
+    assert f"(<!date^{int(confirmation.expires_at.timestamp())}^{{ago}}|" in text  # the time left, drawn live
     assert "*Approvers:* <@U0ALICE>, <@U0BOB>" in text
     assert f"<{url}|Open in browser>" in text
 
