@@ -37,6 +37,7 @@ from channels_ext.base import (
     Decide,
     MessageRef,
     sign_confirmation_id,
+    split_actor,
     unsign_confirmation_id,
 )
 from channels_ext.connections.link import ChannelLink
@@ -248,7 +249,8 @@ class SlackAdapter(ChannelAdapter):
         Slack user ids to mention (any member may decide) the redraw is all.
         """
         self.update_card(dataclasses.replace(card, note=text), ref)
-        waiting = [u for u in card.approvers if u not in card.approved_by and cards.is_slack_user_id(u)]
+        answered = {split_actor(who)[1] for who in card.approved_by}  # slack:U… ids; approvers are listed as U…
+        waiting = [u for u in card.approvers if u not in answered and cards.is_slack_user_id(u)]
         if not waiting:
             return
         channel, ts = self._locate(ref)
