@@ -201,15 +201,14 @@ def actor_kind(confirmation: ConfirmationRequest, *, channel_name: str) -> str:
 
 
 def batch_of(confirmation: ConfirmationRequest) -> list[ConfirmationRequest]:
-    """The calls of a request's turn that share its card (the lead first), or [] when it has a card of its own."""
-    lead_id = confirmation.batch_lead_id or confirmation.pk
+    """The calls of a turn shown on `confirmation`'s card, itself first, when it is a turn's lead
+    (the first call of the turn, whose card the later ones joined); [] for any other request."""
+    if confirmation.batch_lead_id is not None:
+        return []  # a call that joined another's card: its own views (an escalation's card) list only itself
     members = list(
-        ConfirmationRequest.objects.filter(batch_lead_id=lead_id).order_by("created_at", "id")[: TURN_CARD_ITEMS * 5]
+        ConfirmationRequest.objects.filter(batch_lead_id=confirmation.pk).order_by("created_at", "id")[: TURN_CARD_ITEMS * 5]
     )
-    if not members:
-        return []
-    lead = confirmation if confirmation.pk == lead_id else ConfirmationRequest.objects.get(pk=lead_id)
-    return [lead, *members]
+    return [confirmation, *members] if members else []
 
 
 def card_owner(confirmation: ConfirmationRequest) -> ConfirmationRequest:

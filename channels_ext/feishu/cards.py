@@ -326,7 +326,8 @@ def turn_elements(card: CardView) -> list[dict[str, Any]]:
         f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}\n"
         f"**Calls of one turn:**"
     )
-    status = _status_lines(dataclasses.replace(card, status="pending" if card.pending_items else card.status))
+    # The deadline and who may decide while anything is pending; each call's outcome is on its own line.
+    status = _status_lines(dataclasses.replace(card, status="pending", approved_args=None)) if card.pending_items else []
     markdown = "\n".join([head, *lines, *status, f"[Open the approval page]({card.url})"])
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": markdown}]
     numbered = [(n, item) for n, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1) if item.is_pending]

@@ -4,11 +4,13 @@ hooks with the config validator, keys shown once, and audit rows that cannot cha
 
 from __future__ import annotations
 
+import io
 import threading
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -506,3 +508,8 @@ def test_an_edited_approval_shows_what_was_proposed_approved_and_ran(agent, admi
     assert labels == sorted(labels)  # proposed, approved, ran: in that order
     assert "&quot;amount&quot;: 80000" in html and "&quot;amount&quot;: 800\n" in html
     assert "web:alice" in html
+    out = io.StringIO()
+    call_command("describe_toolcall", "call-7", stdout=out)  # the audit's text form says the same
+    text = out.getvalue()
+    assert "decided        web:alice (alice)" in text and "approved       EDITED (amount)" in text
+    assert text.index("Arguments proposed") < text.index("EDITED") < text.index("Ran with (post-tool-use")
