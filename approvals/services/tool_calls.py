@@ -27,7 +27,7 @@ from approvals.services.confirmations import confirmation_create
 from approvals.services.grants import grant_reason, grant_use
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
-from hooks.base import HookContext
+from hooks.base import AskSpec, HookContext
 from hooks.chain import run_chain
 
 
@@ -148,7 +148,7 @@ def _ask_or_grant(
     answer: PreToolUseAnswer,
     *,
     agent: Agent,
-    spec: Any,
+    spec: AskSpec,
     session_id: str,
     turn_id: str,
     tool_name: str,

@@ -401,7 +401,8 @@ class SlackAdapter(ChannelAdapter):
             metadata = _EditMetadata(
                 confirmation=sign_confirmation_id(confirmation_id), paths=paths, response_url=payload.response_url
             )
-            self._open_modal(payload, cards.edit_modal(outcome.card, private_metadata=metadata.model_dump_json()), outcome.card)
+            view = cards.edit_modal(outcome.card, private_metadata=metadata.model_dump_json())
+            self._open_modal(payload, view, outcome.card, "the edit form")
             return None
 
         # Reject: check first that a rejection would count, so nobody types a reason for nothing.
@@ -419,17 +420,19 @@ class SlackAdapter(ChannelAdapter):
             ts=payload.container.message_ts,
             whole_turn=whole_turn,
         )
-        self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=metadata.model_dump_json()), outcome.card)
+        # `whole_turn` only when set: a single call's modal carries what it always did.
+        dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn"})
+        self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
         return None
 
-    def _open_modal(self, payload: _BlockActions, view: dict[str, Any], card: CardView | None) -> None:
+    def _open_modal(self, payload: _BlockActions, view: dict[str, Any], card: CardView | None, what: str) -> None:
         try:
             self.interactive_client.views_open(trigger_id=payload.trigger_id, view=view)
         except (SlackClientError, OSError, HTTPException) as err:
             failure = _api_error("views.open", err).message if isinstance(err, SlackApiError) else type(err).__name__
             logger.warning("slack views.open failed: %s", failure)
             where = f" or decide on the web page: <{card.url}|open it>" if card else ""
-            self._tell_clicker(payload.response_url, f"Could not open the form; please try again{where}.")
+            self._tell_clicker(payload.response_url, f"Could not open {what}; please try again{where}.")
 
     def _on_edit_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:

@@ -170,6 +170,10 @@ def outcome_line(card: CardView) -> str:
 def fallback_text(card: CardView) -> str:
     """The plain `text` shown in notifications and by clients that cannot draw blocks."""
     subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {escape(cut(card.tool_name, SHORT_LIMIT))}"
+    if card.items:
+        pending = len(card.pending_items)
+        subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {len(card.items)} calls of one turn"
+        return cut(f"Approval needed ({pending} pending): {subject}" if pending else f"Decided: {subject}", FALLBACK_TEXT_LIMIT)
     if card.is_pending:
         return cut(f"Approval needed: {subject}", FALLBACK_TEXT_LIMIT)
     return cut(f"{outcome_line(card)}: {subject}", FALLBACK_TEXT_LIMIT)
