@@ -169,7 +169,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
     card = selectors.card_view(owner, channel_name=owner.channel.name)
     tool_call = getattr(confirmation, "tool_call", None)
     pending = confirmation.status == Status.PENDING
-    turn = [item for item in card.items]
+    turn = list(card.items)
     return render(
         request,
         "approvals/page.html",
@@ -182,6 +182,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             "decider": selectors.decider(confirmation),
             "arguments": argument_rows(confirmation.tool_args),
             "approved_arguments": argument_rows(confirmation.approved_args) if confirmation.edited else None,
+            "changed_arguments": {path.split(".")[0] for path in confirmation.arg_edits or {}},
             "ran_arguments": argument_rows(tool_call.ran_args) if tool_call and tool_call.ran_args is not None else None,
             "edit_fields": _edit_fields(confirmation, form) if viewer.can_decide and pending else [],
             "grant_options": card.grant_options if viewer.can_decide and pending else (),
