@@ -414,7 +414,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
                     "approved_args": approved_args}  # fmt: skip
         if option is not None:
             message = f"approved {grant_label(option)}" + (f": {callback.reason}" if callback.reason else "")
-        confirmation_transition(
+        won = confirmation_transition(
             confirmation.pk,
             Status.APPROVED,
             decided_by=actor,
@@ -426,6 +426,8 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
             event_message=message,
             event_data=data,
         )
+        if not won:  # cannot happen under the row lock; never grant for an approval that did not take
+            raise AlreadyDecided(selectors.final_state_sentence(confirmation))
         if option is not None:
             grant_create(
                 confirmation=confirmation, option=option, granted_by=actor, granted_by_name=name, channel=channel_name

@@ -47,6 +47,10 @@ def _get(confirmation_id) -> ConfirmationRequest:
 @login_required(login_url=LOGIN_URL)
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
+    return _inbox(request)
+
+
+def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
     pending = (
         ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
         .filter(status=Status.PENDING)
@@ -62,7 +66,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         .order_by("-decided_at")[:20]
     )
     context = {"rows": mine, "others": others, "decided": decided, "grants": live_grants_for(request.user)}
-    return render(request, "approvals/inbox.html", context)
+    return render(request, "approvals/inbox.html", context, status=status)
 
 
 @login_required(login_url=LOGIN_URL)
@@ -75,7 +79,7 @@ def inbox_decide(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         for errors in form.errors.values():
             messages.error(request, " ".join(errors))
-        return redirect("approval-inbox")
+        return _inbox(request, status=400)  # nothing was decided
     data = form.cleaned_data
     requests = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").in_bulk(data["ids"])
     done: list[str] = []
@@ -114,8 +118,11 @@ def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
     """Revoke a grant the user may see (one they could have granted); it stops at once."""
     grant = next((g for g in live_grants_for(request.user) if g.pk == grant_id), None)
     if grant is None:
-        messages.warning(request, "That grant is not live, or not yours to revoke.")
-    elif services.grant_revoke(grant_id=grant.pk, actor=f"web:{request.user.get_username()}"):
+        if Grant.objects.filter(pk=grant_id, revoked_at__isnull=False).exists():
+            messages.warning(request, "That grant was already revoked.")
+            return redirect(request.POST.get("next") or "approval-inbox")
+        raise Http404("no live grant of yours with that id")
+    if services.grant_revoke(grant_id=grant.pk, actor=f"web:{request.user.get_username()}"):
         messages.success(request, f"Revoked: {grant.tool_name} {grant.scope_label}. The next such call asks again.")
     else:
         messages.warning(request, "That grant was already revoked.")

@@ -127,6 +127,36 @@ def test_a_scope_the_gate_does_not_offer_and_an_edit_it_does_not_allow_are_refus
     assert not ApproverResponse.objects.exists() and not Grant.objects.exists()
 
 
+def test_an_edit_never_touches_a_masked_value_and_is_applied_over_the_agents_own_arguments(transactional_db):
+    apply_config(
+        """
+channels: [{name: web, kind: web}]
+agents:
+  - name: payer
+    hooks:
+      - {kind: redact, keys: [card], patterns: ["\\\\d{16}"]}
+      - {kind: approval_gate, channel: web, approvers: [alice], allow_edit: true}
+"""
+    )
+    payer = Agent.objects.get(name="payer")
+    real = {"amount": 5, "card": "4111111111111111", "note": "lunch"}
+    asked = services.tool_call_pre(agent=payer, session_id="s", tool_name="pay", tool_args=real, idempotency_key="k")
+    confirmation = ConfirmationRequest.objects.get(pk=asked.confirmation_id)
+    assert (confirmation.tool_args["card"], confirmation.editable_paths) == ("[redacted]", ["amount", "note"])
+
+    secret = click(confirmation.pk, edits={"note": "card 5500000000000004"})
+    masked = click(confirmation.pk, edits={"card": "5500000000000004"})
+    assert (secret.code, masked.code) == ("edit_refused", "edit_refused")
+    assert secret.message.startswith("The new value of note would be redacted")
+    assert masked.message == "You may not change card; the editable arguments are amount, note."
+    assert click(confirmation.pk, edits={"amount": 6}).message == "Approved with your edits."
+
+    # The agent asks again with its key (as gateway_client does after waiting): its real card, the edited amount.
+    again = services.tool_call_pre(agent=payer, session_id="s", tool_name="pay", tool_args=real, idempotency_key="k")
+    assert (again.decision, again.tool_args) == ("allow", {"amount": 6, "card": "4111111111111111", "note": "lunch"})
+    assert ConfirmationRequest.objects.get(pk=confirmation.pk).approved_args["card"] == "[redacted]"
+
+
 def test_the_session_ending_ends_its_grants(bot):
     click(ask(bot, "oa__pay", {"amount": 1}).confirmation_id, grant=0)
 
@@ -258,8 +288,10 @@ def test_the_inbox_decides_the_selected_requests_each_once_with_each_approver_ch
     assert ConfirmationRequest.objects.get(pk=not_mine).status == "pending"
     assert ConfirmationEvent.objects.get(confirmation_id=not_mine, kind="refused_click").actor == "web:alice"
     # Rejecting needs a reason; junk ids are a clear 4xx-style refusal that changes nothing.
-    no_reason = alice.post(reverse("approval-inbox-decide"), {"ids": [not_mine], "decision": "reject"}, follow=True)
-    assert "Say why you reject" in no_reason.content.decode()
-    junk = alice.post(reverse("approval-inbox-decide"), {"ids": ["nope"], "decision": "approve"}, follow=True)
-    assert "Not a request id." in junk.content.decode()
+    no_reason = alice.post(reverse("approval-inbox-decide"), {"ids": [not_mine], "decision": "reject"})
+    assert (no_reason.status_code, "Say why you reject" in no_reason.content.decode()) == (400, True)
+    junk = alice.post(reverse("approval-inbox-decide"), {"ids": ["nope"], "decision": "approve"})
+    assert (junk.status_code, "Not a request id." in junk.content.decode()) == (400, True)
+    someone_elses = alice.post(reverse("approval-grant-revoke", args=["00000000-0000-0000-0000-000000000000"]))
+    assert someone_elses.status_code == 404
     assert ConfirmationRequest.objects.get(pk=not_mine).status == "pending"
