@@ -38,6 +38,7 @@ from approvals.models import (
     Channel,
     ConfirmationEvent,
     ConfirmationRequest,
+    Grant,
     Outbox,
     Status,
     ToolCall,
@@ -138,8 +139,19 @@ class ConfirmationEventInline(ReadOnlyInline):
 class ApproverResponseInline(ReadOnlyInline):
     model = ApproverResponse
     verbose_name_plural = "Approver responses"
-    fields = ("created_at", "approver", "decision", "reason", "channel")
+    fields = ("created_at", "approver", "approver_name", "decision", "reason", "channel")
     readonly_fields = fields
+
+
+class GrantInline(ReadOnlyInline):
+    model = Grant
+    verbose_name_plural = "Approved for a scope (grants)"
+    fields = ("grant", "granted_by", "granted_by_name", "created_at", "expires_at", "uses", "revoked_at", "revoked_by")
+    readonly_fields = fields
+
+    @admin.display(description="grant")
+    def grant(self, obj: Grant) -> str:
+        return admin_link(obj, obj.scope_label)
 
 
 class ToolCallInline(ReadOnlyInline):
@@ -186,7 +198,8 @@ def hook_decisions_html(decisions: list[dict[str, Any]]) -> str:
 
 @admin.register(ConfirmationRequest)
 class ConfirmationRequestAdmin(ActionsOnlyAdmin):
-    list_display = ("short_id", "status_badge", "agent", "tool_name", "age", "channel", "user_id", "decided_by")
+    list_display = ("short_id", "status_badge", "agent", "tool_name", "age", "channel", "user_id", "decided_by",
+                    "decided_by_name")  # fmt: skip
     list_display_links = ("short_id", "tool_name")
     list_filter = ("status", "agent", "tool_name", "channel", "created_at")
     search_fields = ("tool_name", "session_id", "user_id")
@@ -195,14 +208,16 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
     date_hierarchy = "created_at"
     list_per_page = 50
     actions = ("approve_selected", "reject_selected", "cancel_selected")
-    inlines = (ApproverResponseInline, ConfirmationEventInline, ToolCallInline, OutboxInline)
+    inlines = (ApproverResponseInline, GrantInline, ConfirmationEventInline, ToolCallInline, OutboxInline)
     fieldsets = (
-        (None, {"fields": ("id", "status", "agent", "tool_name", "arguments", "user_id", "session_id",
+        (None, {"fields": ("id", "status", "agent", "tool_name", "user_id", "session_id", "turn_id",
                            "tool_call_id", "approval_page")}),
+        ("Proposed, approved, ran", {"fields": ("arguments", "approved_arguments", "ran_arguments", "editable_paths",
+                                                "grant_options")}),
         ("Why it was gated", {"fields": ("reason", "hook_name", "config_version", "channel", "approvers",
                                          "approvals_required", "allow_self_approval")}),
-        ("Decision", {"fields": ("decided_by", "decided_at", "decision_reason", "created_at", "expires_at",
-                                 "time_left", "on_timeout")}),
+        ("Decision", {"fields": ("decided_by", "decided_by_name", "decided_at", "decision_reason", "created_at",
+                                 "expires_at", "time_left", "on_timeout", "warn_at")}),
         ("Reminders, escalation and webhook", {
             "classes": ("collapse",),
             "fields": ("remind_at", "escalate_at", "escalate_channel", "escalate_approvers", "escalated_at",
@@ -211,9 +226,10 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
         ("Metadata", {"classes": ("collapse",), "fields": ("metadata_pretty",)}),
     )
     readonly_fields = (
-        "id", "status", "agent", "tool_name", "arguments", "user_id", "session_id", "tool_call_id",
+        "id", "status", "agent", "tool_name", "arguments", "user_id", "session_id", "turn_id", "tool_call_id",
         "approval_page", "reason", "hook_name", "config_version", "channel", "approvers", "approvals_required",
-        "allow_self_approval", "decided_by", "decided_at", "decision_reason", "created_at", "expires_at",
+        "allow_self_approval", "decided_by", "decided_by_name", "decided_at", "decision_reason", "created_at",
+        "expires_at", "warn_at", "approved_arguments", "ran_arguments", "editable_paths", "grant_options",
         "time_left", "on_timeout", "remind_at", "escalate_at", "escalate_channel", "escalate_approvers",
         "escalated_at", "callback_url", "metadata_pretty",
     )  # fmt: skip
@@ -247,9 +263,22 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
     def age(self, obj: ConfirmationRequest) -> str:
         return timesince(obj.created_at, timezone.now())
 
-    @admin.display(description="tool arguments")
+    @admin.display(description="proposed by the agent (as stored)")
     def arguments(self, obj: ConfirmationRequest) -> str:
         return pretty_json(obj.tool_args)
+
+    @admin.display(description="approved")
+    def approved_arguments(self, obj: ConfirmationRequest) -> str:
+        if not obj.edited:
+            return "as proposed" if obj.status == Status.APPROVED else "—"
+        return format_html("<strong>edited</strong> ({}){}", ", ".join(sorted(obj.arg_edits)), pretty_json(obj.approved_args))
+
+    @admin.display(description="ran (post-tool-use)")
+    def ran_arguments(self, obj: ConfirmationRequest) -> str:
+        call = ToolCall.objects.filter(confirmation=obj).first()
+        if call is None or call.ran_args is None:
+            return "not reported"
+        return pretty_json(call.ran_args)
 
     @admin.display(description="metadata")
     def metadata_pretty(self, obj: ConfirmationRequest) -> str:
@@ -318,6 +347,7 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
                 channel_name=ADMIN_CHANNEL,
                 callback=Callback(confirmation_id=str(pk), decision=decision, actor=actor, reason=reason),
                 as_admin=True,
+                actor_kind="admin",  # recorded as admin:<username>
             )
             codes[outcome.code] += 1
             if not outcome.applied:
@@ -325,7 +355,9 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
         done = codes["decided"]
         verb = "Approved" if decision == "approve" else "Rejected"
         if done:
-            self.message_user(request, f"{verb} {done} request{'s' if done != 1 else ''} as {actor}.", messages.SUCCESS)
+            self.message_user(
+                request, f"{verb} {done} request{'s' if done != 1 else ''} as admin:{actor}.", messages.SUCCESS
+            )
         if codes["recorded"]:
             self.message_user(
                 request,
@@ -344,7 +376,7 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
             else:
                 unchanged += 1
         if cancelled:
-            self.message_user(request, f"Cancelled {cancelled} request(s) as {actor}.", messages.SUCCESS)
+            self.message_user(request, f"Cancelled {cancelled} request(s) as admin:{actor}.", messages.SUCCESS)
         if unchanged:
             self.message_user(request, f"{unchanged} request(s) were already decided; left unchanged.", messages.WARNING)
 
@@ -363,9 +395,9 @@ class ConfirmationEventAdmin(ReadOnlyAdmin):
 
 @admin.register(ApproverResponse)
 class ApproverResponseAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "approver", "decision", "channel", "confirmation_link", "reason")
+    list_display = ("created_at", "approver", "approver_name", "decision", "channel", "confirmation_link", "reason")
     list_filter = ("decision", "channel")
-    search_fields = ("approver", "reason")
+    search_fields = ("approver", "approver_name", "reason")
     list_select_related = ("confirmation",)
 
     @admin.display(description="request")
@@ -386,10 +418,10 @@ class ToolCallAdmin(ReadOnlyAdmin):
     list_select_related = ("agent", "confirmation")
     date_hierarchy = "created_at"
     fields = readonly_fields = (
-        "id", "agent", "session_id", "turn_id", "tool_call_id", "tool_name", "arguments", "user_id",
+        "id", "agent", "session_id", "turn_id", "tool_call_id", "tool_name", "arguments", "ran_arguments", "user_id",
         "metadata_pretty", "decision", "reason", "decided_by_hook", "each_hooks_decision", "config_version",
-        "confirmation_link", "idempotency_key", "created_at", "outcome", "result_pretty", "result_size", "duration_ms",
-        "completed_at",
+        "confirmation_link", "grant_link", "idempotency_key", "created_at", "outcome", "result_pretty", "result_size",
+        "duration_ms", "completed_at",
     )  # fmt: skip
 
     change_list_template = "admin/approvals/toolcall/change_list.html"
@@ -429,6 +461,14 @@ class ToolCallAdmin(ReadOnlyAdmin):
     def metadata_pretty(self, obj: ToolCall) -> str:
         return pretty_json(obj.metadata)
 
+    @admin.display(description="ran with (post-tool-use, as stored)")
+    def ran_arguments(self, obj: ToolCall) -> str:
+        return pretty_json(obj.ran_args) if obj.ran_args is not None else "not reported"
+
+    @admin.display(description="allowed by grant")
+    def grant_link(self, obj: ToolCall) -> str:
+        return admin_link(obj.grant, obj.grant.scope_label) if obj.grant else "—"
+
     @admin.display(description="result")
     def result_pretty(self, obj: ToolCall) -> str:
         return pretty_json(obj.result) if obj.result is not None else "—"
@@ -440,6 +480,59 @@ class ToolCallAdmin(ReadOnlyAdmin):
     @admin.display(description="confirmation request")
     def confirmation_link(self, obj: ToolCall) -> str:
         return admin_link(obj.confirmation, f"{obj.confirmation.status} {str(obj.confirmation_id)[:8]}") if obj.confirmation else "—"
+
+
+@admin.register(Grant)
+class GrantAdmin(ActionsOnlyAdmin):
+    """Approvals for a scope: listed, and revoked here (the revoke action); never edited."""
+
+    list_display = ("short_id", "state", "agent", "tool_name", "session_id", "scope_label", "granted_by",
+                    "granted_by_name", "created_at", "expires_at", "uses")  # fmt: skip
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "scope", "agent", "tool_name")
+    search_fields = ("tool_name", "session_id", "granted_by", "granted_by_name")
+    list_select_related = ("agent", "confirmation")
+    actions = ("revoke_selected",)
+    fields = readonly_fields = (
+        "id", "agent", "session_id", "tool_name", "gate", "scope_label", "args_fingerprint", "granted_by",
+        "granted_by_name", "channel", "source_request", "created_at", "expires_at", "uses", "last_used_at",
+        "revoked_at", "revoked_by", "calls_allowed",
+    )  # fmt: skip
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="id")
+    def short_id(self, obj: Grant) -> str:
+        return str(obj.pk)[:8]
+
+    @admin.display(description="state")
+    def state(self, obj: Grant) -> str:
+        if obj.revoked_at:
+            return f"revoked by {obj.revoked_by}"
+        if obj.expires_at and obj.expires_at <= timezone.now():
+            return "expired"
+        return "live"
+
+    @admin.display(description="scope")
+    def scope_label(self, obj: Grant) -> str:
+        return obj.scope_label
+
+    @admin.display(description="from the request")
+    def source_request(self, obj: Grant) -> str:
+        return admin_link(obj.confirmation, f"{obj.confirmation.tool_name} {str(obj.confirmation_id)[:8]}")
+
+    @admin.display(description="calls it allowed")
+    def calls_allowed(self, obj: Grant) -> str:
+        calls = list(obj.tool_calls.order_by("created_at")[:50])
+        if not calls:
+            return "none yet"
+        return format_html_join(", ", "{}", ((admin_link(c, str(c.created_at)[:19]),) for c in calls))
+
+    @admin.action(description="Revoke selected grants (they stop at once)", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
+        actor = f"admin:{request.user.get_username()}"
+        revoked = sum(services.grant_revoke(grant_id=pk, actor=actor) for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Revoked {revoked} grant(s) as {actor}.", messages.SUCCESS)
 
 
 @admin.register(Outbox)

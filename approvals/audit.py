@@ -36,12 +36,14 @@ from approvals.models import (
 
 GENESIS = "0" * 64  # the `prev_hash` of an agent's first entry
 
-# What is hashed of each chained row: every column, so no change to a row goes unseen.
+# What is hashed of each chained row: every column, so no change to a row goes unseen. A column
+# added to a chained model must be added here, by a migration that links every existing row again
+# (a `retained` entry each), or rows written before it stop verifying.
 TOOL_CALL_FIELDS = (
     "id", "agent_id", "session_id", "turn_id", "tool_call_id", "tool_name", "tool_args", "user_id", "metadata",
     "decision", "reason", "decided_by_hook", "hook_decisions", "config_version", "confirmation_id",
     "idempotency_key", "request_fingerprint", "response", "created_at", "outcome", "result", "result_size",
-    "duration_ms", "completed_at",
+    "duration_ms", "completed_at", "grant_id", "ran_args",
 )  # fmt: skip
 EVENT_FIELDS = ("id", "confirmation_id", "kind", "actor", "channel", "message", "data", "created_at")
 

@@ -110,8 +110,9 @@ def audit_records(queryset: QuerySet[ToolCall] | None = None) -> Iterator[dict[s
     queryset = ToolCall.objects.all() if queryset is None else queryset
     latest = AuditEntry.objects.filter(tool_call_id=OuterRef("pk")).order_by("-seq")
     rows = (
-        queryset.select_related("agent", "confirmation", "confirmation__channel")
+        queryset.select_related("agent", "confirmation", "confirmation__channel", "grant")
         .prefetch_related(
+            "confirmation__grants",
             Prefetch("confirmation__responses", queryset=ApproverResponse.objects.order_by("created_at", "id")),
             Prefetch("confirmation__events", queryset=ConfirmationEvent.objects.order_by("created_at", "id")),
         )

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from channels_ext.base import CHANNEL_KINDS
+from hooks.base import grant_label
 
 
 def new_webhook_secret() -> str:
@@ -145,12 +146,34 @@ class ConfirmationRequest(models.Model):
     reason = models.TextField(blank=True, help_text="Why the call was gated.")
     hook_name = models.CharField(max_length=100, blank=True)
     config_version = models.PositiveIntegerField(default=0)
+    # Channel-qualified: `slack:U…`, `feishu:ou_…`, `web:<username>`, `admin:<username>`,
+    # `gateway` (expiry, undeliverable card), `agent:<name>` (the agent's cancel).
     decided_by = models.CharField(max_length=200, blank=True)
+    decided_by_name = models.CharField(max_length=200, blank=True, help_text="The decider's display name.")
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.TextField(blank=True)
+    # Edit, then approve (docs/approving.md): the argument paths an approver may change (fixed
+    # when the request is made: the gate's `allow_edit`, minus masked values), and what they set.
+    editable_paths = models.JSONField(default=list, blank=True)
+    arg_edits = models.JSONField(
+        default=dict, blank=True, help_text="{path: new value}: applied over the agent's own arguments."
+    )
+    approved_args = models.JSONField(
+        null=True, blank=True, help_text="The arguments approved, as stored (redacted); null if not edited."
+    )
+    # Approve for a scope: the grants the gate offers on this request's card (`grants:`).
+    grant_options = models.JSONField(default=list, blank=True)
+    # A keyed hash of the arguments the call would run with (a grant for "the same arguments").
+    args_fingerprint = models.CharField(max_length=64, blank=True)
+    # Calls of one turn: the request whose card lists this one (null: it has its own card).
+    turn_id = models.CharField(max_length=200, blank=True)
+    batch_lead = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="batch_members"
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=5, choices=[("deny", "deny"), ("allow", "allow")], default="deny")
     remind_at = models.DateTimeField(null=True, blank=True)
+    warn_at = models.DateTimeField(null=True, blank=True, help_text="When to warn the approvers of the deadline.")
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalate_channel = models.ForeignKey(
         Channel, on_delete=models.PROTECT, null=True, blank=True, related_name="escalated_confirmations"
@@ -165,6 +188,10 @@ class ConfirmationRequest(models.Model):
         indexes = [
             # the expiry sweep: pending rows by deadline
             models.Index(fields=["expires_at"], condition=Q(status="pending"), name="cr_pending_expiry"),
+            # a call of a turn that already has a pending request joins it (grants wait)
+            models.Index(
+                fields=["agent", "session_id", "turn_id"], condition=Q(status="pending"), name="cr_pending_turn"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -174,12 +201,17 @@ class ConfirmationRequest(models.Model):
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
 
+    @property
+    def edited(self) -> bool:
+        return bool(self.arg_edits)
+
 
 class ApproverResponse(models.Model):
     """One approver's answer. Unique per approver: a second click changes nothing."""
 
     confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="responses")
-    approver = models.CharField(max_length=200)
+    approver = models.CharField(max_length=200)  # channel-qualified, like `decided_by`
+    approver_name = models.CharField(max_length=200, blank=True)
     decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
     reason = models.TextField(blank=True)
     channel = models.CharField(max_length=64, blank=True)
@@ -208,6 +240,9 @@ class EventKind(models.TextChoices):
     ESCALATED = "escalated"
     WEBHOOK_SENT = "webhook_sent"
     WEBHOOK_FAILED = "webhook_failed"
+    WARNED = "warned"
+    GRANTED = "granted"
+    JOINED_TURN = "joined_turn"
 
 
 class ConfirmationEvent(models.Model):
@@ -259,6 +294,10 @@ class ToolCall(models.Model):
     confirmation = models.OneToOneField(
         ConfirmationRequest, on_delete=models.SET_NULL, null=True, blank=True, related_name="tool_call"
     )
+    grant = models.ForeignKey(
+        "Grant", on_delete=models.PROTECT, null=True, blank=True, related_name="tool_calls",
+        help_text="The grant that allowed this call without asking.",
+    )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
     response = models.JSONField(default=dict, blank=True)  # the answer first given (args as the agent got them)
@@ -266,6 +305,9 @@ class ToolCall(models.Model):
     # completion (post-tool-use)
     outcome = models.CharField(max_length=16, blank=True)  # success | error
     result = models.JSONField(null=True, blank=True)
+    ran_args = models.JSONField(
+        null=True, blank=True, help_text="The arguments post-tool-use reported it ran with (redacted); null if not said."
+    )
     result_size = models.PositiveIntegerField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -282,6 +324,56 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} → {self.decision}"
+
+
+class GrantScope(models.TextChoices):
+    SESSION = "session"  # the rest of the agent's session
+    MINUTES = "minutes"  # a number of minutes from the approval
+
+
+class Grant(models.Model):
+    """An approver's "approve for a scope": later calls inside it are allowed without asking.
+
+    The scope is the agent and session, the tool and the gate that asked, and
+    either the same arguments (`args_fingerprint`) or any (`""`); it lasts for the
+    session or until `expires_at`. Using one is a conditional UPDATE (`uses`),
+    revoking one too (`revoked_at`): a revoked or expired grant allows nothing more.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="grants")
+    session_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    gate = models.CharField(max_length=100, help_text="The approval gate whose asks this grant answers.")
+    args_fingerprint = models.CharField(max_length=64, blank=True, help_text="Empty: any arguments.")
+    scope = models.CharField(max_length=8, choices=GrantScope.choices)
+    minutes = models.PositiveIntegerField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    granted_by = models.CharField(max_length=200)  # channel-qualified, like `decided_by`
+    granted_by_name = models.CharField(max_length=200, blank=True)
+    channel = models.CharField(max_length=64, blank=True)
+    confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.PROTECT, related_name="grants")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # the lookup on the ask path: live grants of one session's tool
+            models.Index(
+                fields=["agent", "session_id", "tool_name"], condition=Q(revoked_at__isnull=True), name="grant_live"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} · {self.scope_label}"
+
+    @property
+    def scope_label(self) -> str:
+        return grant_label({"scope": self.scope, "minutes": self.minutes, "args": "same" if self.args_fingerprint else "any"})
 
 
 class OutboxKind(models.TextChoices):

@@ -9,15 +9,18 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.urls import reverse
 
 from approvals.caches import KeyHolder, cache
+from approvals.arguments import with_edits
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     Agent,
     ApiKey,
     Channel,
     ConfirmationRequest,
+    Grant,
     Outbox,
     OutboxKind,
     OutboxStatus,
@@ -25,9 +28,12 @@ from approvals.models import (
     ToolCall,
 )
 from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
-from channels_ext.base import CardView, ChannelAdapter, get_adapter
-from hooks.base import Hook
+from channels_ext.base import CardItem, CardView, ChannelAdapter, actor_label, get_adapter
+from hooks.base import Hook, grant_label
 from hooks.registry import build, validate_agent_hooks
+
+# Most calls a turn's card lists (the rest are on the web page).
+TURN_CARD_ITEMS = 20
 
 
 def api_key_lookup(*, raw_key: str) -> ApiKey | None:
@@ -111,7 +117,11 @@ def confirmation_url(confirmation: ConfirmationRequest | ConfirmationState | str
 
 
 def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
-    """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it."""
+    """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it.
+
+    `tool_args` are the arguments the agent proposed (as stored: redacted); `approved_args`
+    what the approver approved instead, when they edited them (`edited: true`).
+    """
     return {
         "id": str(confirmation.pk),
         "status": confirmation.status,
@@ -119,15 +129,23 @@ def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) 
         "tool_args": confirmation.tool_args,
         "reason": confirmation.decision_reason if confirmation.is_final else confirmation.reason,
         "decided_by": confirmation.decided_by or None,
+        "decided_by_name": confirmation.decided_by_name or None,
         "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else None,
         "expires_at": confirmation.expires_at.isoformat() if confirmation.expires_at else None,
+        "edited": confirmation.edited,
+        "approved_args": confirmation.approved_args,
         "url": confirmation_url(confirmation),
     }
 
 
+def decider(confirmation: ConfirmationRequest | ConfirmationState) -> str:
+    """Who decided, for people: "alice (slack:U0ALICE)" — the name to read, the id to be sure."""
+    return actor_label(confirmation.decided_by, confirmation.decided_by_name) or "someone"
+
+
 def final_state_sentence(confirmation: ConfirmationRequest) -> str:
     """One sentence a late clicker or a waiting agent can read."""
-    who = confirmation.decided_by or "someone"
+    who = decider(confirmation)
     if confirmation.status == Status.APPROVED:
         return f"Already approved by {who}."
     if confirmation.status == Status.REJECTED:
@@ -143,13 +161,19 @@ def final_state_sentence(confirmation: ConfirmationRequest) -> str:
 def answer_for_confirmation(
     confirmation: ConfirmationRequest | ConfirmationState, *, tool_args: dict[str, Any]
 ) -> PreToolUseAnswer:
-    """The pre-tool-use answer a request's current state implies (from its row or a waiter's state of it)."""
+    """The pre-tool-use answer a request's current state implies (from its row or a waiter's state of it).
+
+    `tool_args` are the agent's own arguments; an approval with edits answers them with the edits applied.
+    """
     status = confirmation.status
-    who = confirmation.decided_by or "someone"
+    who = decider(confirmation)
     if status == Status.PENDING:
         decision, reason = "pending", confirmation.reason or "waiting for a human decision"
     elif status == Status.APPROVED:
         decision, reason = "allow", f"approved by {who}"
+        if confirmation.arg_edits:
+            tool_args = with_edits(tool_args, confirmation.arg_edits)
+            reason += " with edited arguments: " + ", ".join(sorted(confirmation.arg_edits))
     elif status == Status.REJECTED:
         decision = "deny"
         if who == SYSTEM_ACTOR:
@@ -193,14 +217,57 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str) -> t
 
 
 def approvals_so_far(confirmation: ConfirmationRequest) -> list[str]:
-    """Who has approved a request so far, first first (quorum progress)."""
+    """Who has approved a request so far (channel-qualified ids), first first (quorum progress)."""
     return list(
         confirmation.responses.filter(decision="approve").order_by("created_at").values_list("approver", flat=True)
     )
 
 
+def actor_kind(confirmation: ConfirmationRequest, *, channel_name: str) -> str:
+    """The kind of the channel a click on this request came through: the prefix of the clicker's id."""
+    if channel_name == confirmation.channel.name:
+        return confirmation.channel.kind
+    if confirmation.escalate_channel_id and channel_name == confirmation.escalate_channel.name:
+        return confirmation.escalate_channel.kind
+    return Channel.objects.filter(name=channel_name).values_list("kind", flat=True).first() or channel_name
+
+
+def batch_of(confirmation: ConfirmationRequest) -> list[ConfirmationRequest]:
+    """The calls of a turn shown on `confirmation`'s card, itself first, when it is a turn's lead
+    (the first call of the turn, whose card the later ones joined); [] for any other request."""
+    if confirmation.batch_lead_id is not None:
+        return []  # a call that joined another's card: its own views (an escalation's card) list only itself
+    members = list(
+        ConfirmationRequest.objects.filter(batch_lead_id=confirmation.pk).order_by("created_at", "id")[: TURN_CARD_ITEMS * 5]
+    )
+    return [confirmation, *members] if members else []
+
+
+def card_owner(confirmation: ConfirmationRequest) -> ConfirmationRequest:
+    """The request whose card shows this one: its turn's lead, or itself."""
+    if confirmation.batch_lead_id is None:
+        return confirmation
+    return ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").get(
+        pk=confirmation.batch_lead_id
+    )
+
+
 def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> CardView:
+    """What the card of `confirmation` shows (a turn's lead: the turn's calls too)."""
     approved_by = tuple(approvals_so_far(confirmation))
+    items = tuple(
+        CardItem(
+            confirmation_id=str(c.pk),
+            tool_name=c.tool_name,
+            tool_args=c.approved_args if c.approved_args is not None else c.tool_args,
+            status=c.status,
+            decided_by=c.decided_by,
+            decided_by_name=c.decided_by_name,
+            decision_reason=c.decision_reason,
+            edited=c.edited,
+        )
+        for c in batch_of(confirmation)
+    )
     escalated = bool(
         confirmation.escalated_at and channel_name and channel_name == confirmation.channel.name
     )
@@ -226,6 +293,11 @@ def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> C
         decided_at=confirmation.decided_at,
         decision_reason=confirmation.decision_reason,
         escalated=escalated,
+        decided_by_name=confirmation.decided_by_name,
+        approved_args=confirmation.approved_args,
+        editable_paths=tuple(confirmation.editable_paths or ()),
+        grant_options=tuple(grant_label(option) for option in confirmation.grant_options or ()),
+        items=items,
     )
 
 
@@ -234,11 +306,29 @@ def channel_adapter(channel: Channel) -> ChannelAdapter:
 
 
 def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
-    """Every card posted for this request (to redraw them all at each state change)."""
+    """Every card that shows this request (to redraw them all at each state change): its own, and
+    for a call of a turn, its turn's card (`Outbox.confirmation` is the request whose card it is)."""
+    owners = {confirmation.pk, confirmation.batch_lead_id} - {None}
     return list(
-        Outbox.objects.select_related("channel").filter(
-            confirmation=confirmation, kind=OutboxKind.CARD, status=OutboxStatus.SENT
+        Outbox.objects.select_related(
+            "channel", "confirmation", "confirmation__agent", "confirmation__channel", "confirmation__escalate_channel"
+        ).filter(confirmation_id__in=owners, kind=OutboxKind.CARD, status=OutboxStatus.SENT)
+    )
+
+
+def live_grant_for(
+    *, agent: Agent, session_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime
+) -> list[Any]:
+    """Ids of the live grants whose scope covers this call, oldest first (the caller uses one with a
+    conditional UPDATE, which re-checks that it is still live)."""
+    return list(
+        Grant.objects.filter(
+            agent=agent, session_id=session_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
         )
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .filter(Q(args_fingerprint="") | Q(args_fingerprint=fingerprint))
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:5]
     )
 
 
@@ -279,7 +369,7 @@ def tool_call_audit(*, tool_call_id: str) -> dict[str, Any]:
     if len(calls) > 1:
         ids = ", ".join(str(c.pk) for c in calls)
         raise NotFound(f"{tool_call_id!r} names several tool calls; give one id: {ids}")
-    call = ToolCall.objects.select_related("agent", "confirmation", "confirmation__channel").get(pk=calls[0].pk)
+    call = ToolCall.objects.select_related("agent", "confirmation", "confirmation__channel", "grant").get(pk=calls[0].pk)
     return tool_call_record(call)
 
 
@@ -305,12 +395,34 @@ def tool_call_record(call: ToolCall) -> dict[str, Any]:
             "config_version": c.config_version,
             "reason": c.reason,
             "decided_by": c.decided_by or None,
+            "decided_by_name": c.decided_by_name or None,
             "decided_at": _iso(c.decided_at),
             "decision_reason": c.decision_reason,
             "expires_at": _iso(c.expires_at),
+            "turn_id": c.turn_id,
+            # The three records of an approval: what the agent proposed, what was approved, what ran.
+            "proposed_args": c.tool_args,
+            "approved_args": c.approved_args if c.edited else (c.tool_args if c.status == Status.APPROVED else None),
+            "edited": c.edited,
+            "edited_paths": sorted(c.arg_edits or {}),
+            "ran_args": call.ran_args,
+            "grants": [
+                {
+                    "id": str(g.pk),
+                    "scope": g.scope_label,
+                    "granted_by": g.granted_by,
+                    "granted_by_name": g.granted_by_name,
+                    "at": _iso(g.created_at),
+                    "expires_at": _iso(g.expires_at),
+                    "revoked_at": _iso(g.revoked_at),
+                    "uses": g.uses,
+                }
+                for g in c.grants.all()
+            ],
             "responses": [
                 {
                     "approver": r.approver,
+                    "approver_name": r.approver_name,
                     "decision": r.decision,
                     "reason": r.reason,
                     "channel": r.channel,
@@ -343,6 +455,19 @@ def tool_call_record(call: ToolCall) -> dict[str, Any]:
             {"event": "pre_tool_use", "config_version": call.config_version, **d} for d in call.hook_decisions
         ],
         "approval": approval,
+        "allowed_by_grant": (
+            {
+                "id": str(call.grant.pk),
+                "scope": call.grant.scope_label,
+                "granted_by": call.grant.granted_by,
+                "granted_by_name": call.grant.granted_by_name,
+                "at": _iso(call.grant.created_at),
+                "request": str(call.grant.confirmation_id),
+            }
+            if call.grant
+            else None
+        ),
+        "ran_args": call.ran_args,
         "outcome": call.outcome or None,
         "result": call.result,
         "result_size": call.result_size,

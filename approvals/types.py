@@ -11,7 +11,7 @@ import datetime as dt
 from typing import Any
 
 # Who the gateway itself is in `decided_by` and events: the expiry sweep, a card that
-# could not be delivered.
+# could not be delivered. Every other decider is channel-qualified (`slack:U…`, `web:alice`).
 SYSTEM_ACTOR = "gateway"
 
 
@@ -78,6 +78,7 @@ class TimersRun:
     """What one run of the beat timers did."""
 
     reminded: int = 0
+    warned: int = 0  # warnings that the deadline is near (`warn_before_seconds`)
     escalated: int = 0
     counters_purged: int = 0  # expired hook state (ended rate-limit windows, stale caches) deleted
 
@@ -103,6 +104,13 @@ class ConfirmationState:
     on_timeout: str
     approvals_required: int
     approved_by: tuple[str, ...] | None = None
+    decided_by_name: str = ""
+    arg_edits: dict[str, Any] = dataclasses.field(default_factory=dict)  # {path: value}, over the agent's args
+    approved_args: dict[str, Any] | None = None  # the approved arguments as stored (redacted); None if not edited
+
+    @property
+    def edited(self) -> bool:
+        return bool(self.arg_edits)
 
     @property
     def pk(self) -> str:
@@ -128,6 +136,9 @@ class ConfirmationState:
             on_timeout=row.on_timeout,
             approvals_required=row.approvals_required,
             approved_by=tuple(approved_by) if approved_by is not None else None,
+            decided_by_name=row.decided_by_name,
+            arg_edits=row.arg_edits or {},
+            approved_args=row.approved_args,
         )
 
     @classmethod
@@ -147,6 +158,9 @@ class ConfirmationState:
             on_timeout=data["on_timeout"],
             approvals_required=int(data["approvals_required"]),
             approved_by=tuple(data["approved_by"]),
+            decided_by_name=data.get("decided_by_name") or "",
+            arg_edits=data.get("arg_edits") or {},
+            approved_args=data.get("approved_args"),
         )
 
 

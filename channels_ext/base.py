@@ -38,6 +38,9 @@ class ChannelKind:
 
     config: str  # its pydantic config model: light, imported to validate config files
     adapter: str  # its adapter class: may import a vendor SDK (lark-oapi takes seconds)
+    # Its cards can list the calls of one turn (`CardView.items`) and decide them together;
+    # if not, each call of a turn gets a card of its own.
+    turn_cards: bool = True
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
@@ -47,6 +50,9 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
 }
 
 Decision = Literal["approve", "reject"]
+# The prefixes of a channel-qualified approver id (`slack:U0123`): every channel kind, the
+# Django admin, and `agent:` for an agent's own cancel. `gateway` (expiry) has none.
+ACTOR_KINDS = frozenset({*CHANNEL_KINDS, "admin", "agent"})
 
 
 # --------------------------------------------------------------------------- config models
@@ -101,6 +107,39 @@ def secret_keys(model: type[BaseModel]) -> frozenset[str]:
     )
 
 
+def split_actor(actor_id: str) -> tuple[str, str]:
+    """`slack:U0123` -> ("slack", "U0123"); an id without a channel prefix (`gateway`) -> ("", id)."""
+    kind, sep, native = actor_id.partition(":")
+    return (kind, native) if sep and kind in ACTOR_KINDS else ("", actor_id)
+
+
+def actor_label(actor_id: str, name: str = "") -> str:
+    """Who, readable and unambiguous: "alice (slack:U0ALICE)"; the id alone when the name adds nothing."""
+    if not actor_id:
+        return name
+    if not name or name in (actor_id, split_actor(actor_id)[1]):
+        return actor_id  # `web:alice`, `gateway`, `agent:<name>`: the id says it all
+    return f"{name} ({actor_id})"
+
+
+@dataclasses.dataclass(frozen=True)
+class CardItem:
+    """One call on a turn's card (several calls of one agent turn, shown and decided together)."""
+
+    confirmation_id: str
+    tool_name: str
+    tool_args: dict[str, Any]  # as stored (redacted); the approved arguments once edited
+    status: str
+    decided_by: str = ""
+    decided_by_name: str = ""
+    decision_reason: str = ""
+    edited: bool = False
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == "pending"
+
+
 @dataclasses.dataclass(frozen=True)
 class CardView:
     """Everything a card shows about one confirmation request, at one moment."""
@@ -119,11 +158,29 @@ class CardView:
     approvers: tuple[str, ...] = ()  # channel-native ids; empty = any member
     approvals_required: int = 1
     approved_by: tuple[str, ...] = ()  # approvals so far (quorum progress)
-    decided_by: str = ""
+    decided_by: str = ""  # channel-qualified: slack:U…, feishu:ou_…, web:alice, gateway, agent:<name>
     decided_at: dt.datetime | None = None
     decision_reason: str = ""
     escalated: bool = False  # this card was superseded by an escalation
     note: str = ""  # e.g. "Reminder: still waiting for your decision"
+    decided_by_name: str = ""
+    approved_args: dict[str, Any] | None = None  # set when the approver edited the arguments
+    editable_paths: tuple[str, ...] = ()  # argument paths an approver may change (empty: no editing)
+    grant_options: tuple[str, ...] = ()  # labels of the scopes offered besides Approve once; index = choice
+    items: tuple[CardItem, ...] = ()  # the calls of this request's turn shown on its card (empty: just this one)
+
+    @property
+    def edited(self) -> bool:
+        return self.approved_args is not None
+
+    @property
+    def decider(self) -> str:
+        """Who decided, for people: "alice (slack:U0ALICE)"."""
+        return actor_label(self.decided_by, self.decided_by_name)
+
+    @property
+    def pending_items(self) -> tuple[CardItem, ...]:
+        return tuple(item for item in self.items if item.is_pending)
 
     @property
     def is_pending(self) -> bool:
@@ -143,11 +200,14 @@ class Callback:
 
     confirmation_id: str
     decision: Decision
-    actor: str  # channel-native user id (Slack U…, Feishu ou_…, web username)
+    actor: str  # channel-native user id (Slack U…, Feishu ou_…, web username); recorded channel-qualified
     actor_name: str = ""
     reason: str = ""
     dedupe_key: str = ""  # vendor event id, when the vendor redelivers
     dry_run: bool = False  # only say what deciding would do (e.g. before opening a reject modal)
+    edits: dict[str, Any] | None = None  # approve with these arguments changed: {path: new value}
+    grant: int | None = None  # approve for the scope at this index of the request's grant options
+    whole_turn: bool = False  # decide every pending call shown on this request's turn card
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +215,9 @@ class DecisionOutcome:
     """What `decide(callback)` did, for the adapter to tell the clicker."""
 
     applied: bool  # True if this click was recorded (or, for a dry run, would be)
-    code: str  # decided | recorded | would_apply | not_approver | self_approval | already_decided | not_found | duplicate
+    # decided | recorded | would_apply | not_approver | self_approval | already_decided | not_found | duplicate
+    # | edit_refused | grant_refused
+    code: str
     message: str  # one sentence for the clicker
     card: CardView | None  # current state to redraw (None for not_found)
 
@@ -227,6 +289,11 @@ def _kind(kind: str) -> ChannelKind:
         return CHANNEL_KINDS[kind]
     except KeyError:
         raise ValueError(f"unknown channel kind {kind!r}; known: {', '.join(sorted(CHANNEL_KINDS))}") from None
+
+
+def has_turn_cards(kind: str) -> bool:
+    """Whether a kind's cards list the calls of one turn (without importing its adapter)."""
+    return _kind(kind).turn_cards
 
 
 def get_config_model(kind: str) -> type[ChannelConfigBase]:

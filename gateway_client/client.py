@@ -453,6 +453,7 @@ class _BaseClient(Generic[_D, _R]):
         callback_url: str | None = None,
         max_wait: float | None = None,
         on_pending: Callable[[dict[str, Any]], None] | None = None,
+        turn_id: str | None = None,
     ) -> _R:
         """Ask before a tool call; returns the final `Decision` (allow / deny / skip).
 
@@ -462,12 +463,16 @@ class _BaseClient(Generic[_D, _R]):
         `on_pending(answer)` is called once, as soon as the gateway says a human has to
         decide (the answer carries the `confirmation_id`), before the wait; with it the
         first ask is not held (one more request for a call that waits, none for the rest).
+        `turn_id` names the agent turn the call belongs to (default: the session's current turn,
+        from `pre_turn`); the gateway shows a turn's gated calls on one card.
+        An approver may have edited the arguments: run the tool with `decision.tool_args`.
         """
         body = _drop_none(
             session_id=session_id,
             tool_name=tool_name,
             tool_args=dict(tool_args or {}),
             tool_call_id=tool_call_id,
+            turn_id=turn_id,
             user_id=user_id,
             metadata=metadata,
             idempotency_key=idempotency_key or f"gwc-{uuid.uuid4().hex}",

@@ -267,6 +267,8 @@ class ToolGate:
                             "session_id": call.session_id,
                             "tool_call_id": call_id,
                             "tool_name": call.tool_name,
+                            # what ran (an approver may have edited the arguments): the audit's third record
+                            "tool_args": jsonable(dict(tool_args)),
                             "result": reported,
                             "duration_ms": int((time.monotonic() - began) * 1000),
                         },

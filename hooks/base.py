@@ -82,6 +82,16 @@ class HookContext:
         }
 
 
+def grant_label(option: dict[str, Any]) -> str:
+    """How a grant's scope reads on a button and in the audit: "for this session (same arguments)".
+
+    `option` is a gate's grant offer as stored: `{"scope": "session"|"minutes", "minutes", "args": "same"|"any"}`.
+    """
+    span = "for this session" if option.get("scope") == "session" else f"for {option.get('minutes')} min"
+    args = "any arguments" if option.get("args") == "any" else "same arguments"
+    return f"{span} ({args})"
+
+
 @dataclasses.dataclass(frozen=True)
 class AskSpec:
     """An approval gate's request to suspend the call until a human decides."""
@@ -98,6 +108,11 @@ class AskSpec:
     escalate_channel: str | None = None
     escalate_approvers: tuple[str, ...] = ()
     reason: str = ""
+    # Edit, then approve: True (any top-level argument), or the editable argument paths.
+    allow_edit: bool | tuple[str, ...] = False
+    # Approve for a scope: the offers, as `grant_label` reads them.
+    grants: tuple[dict[str, Any], ...] = ()
+    warn_before_seconds: int | None = None
 
 
 _UNSET: Any = object()

@@ -127,6 +127,15 @@ def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
     return out
 
 
+def mask_args(hooks: list[Hook], args: dict[str, Any]) -> dict[str, Any]:
+    """`args` as they may be stored: every masking hook's `mask` applied, whatever its `when` or event
+    (for arguments the chain did not produce: an approver's edit, what post-tool-use says ran)."""
+    for hook in hooks:
+        if type(hook).mask is not Hook.mask:
+            args = hook.mask(args)
+    return args
+
+
 def _would_trigger(hook: Hook, ctx: HookContext) -> bool:
     """Whether a hook that did not run applies to this call; if its `when` fails, mask anyway."""
     try:

@@ -57,7 +57,8 @@ PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 def final_answer(confirmation: ConfirmationState, pending_answer: dict[str, Any]) -> dict[str, Any]:
     """The final pre-tool-use answer, built from the state the waiter has (no query) and the pending answer."""
     final = selectors.answer_for_confirmation(confirmation, tool_args=pending_answer.get("tool_args") or {})
-    return {**pending_answer, "decision": final.decision, "reason": final.reason}
+    # The approver may have edited the arguments: the agent runs what was approved.
+    return {**pending_answer, "decision": final.decision, "reason": final.reason, "tool_args": final.tool_args}
 
 
 # Tool calls run here: hooks may block (a command, a webhook), so not on the event loop, and not
@@ -97,6 +98,7 @@ def _ask(holder: KeyHolder, validated: dict[str, Any], fingerprint: str) -> PreT
         idempotency_key=validated["idempotency_key"],
         callback_url=validated["callback_url"],
         fingerprint=fingerprint,
+        turn_id=validated["turn_id"],
     )
 
 

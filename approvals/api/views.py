@@ -143,9 +143,14 @@ class ConfirmationOutput(serializers.Serializer):
     tool_name = serializers.CharField()
     tool_args = serializers.DictField()
     reason = serializers.CharField()
-    decided_by = serializers.CharField(allow_null=True)
+    decided_by = serializers.CharField(
+        allow_null=True, help_text="Channel-qualified: slack:U…, feishu:ou_…, web:<user>, admin:<user>, gateway, agent:<name>."
+    )
+    decided_by_name = serializers.CharField(allow_null=True, help_text="The decider's display name.")
     decided_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
+    edited = serializers.BooleanField(help_text="The approver changed the arguments before approving.")
+    approved_args = serializers.DictField(allow_null=True, help_text="What was approved, when edited (as stored).")
     url = serializers.URLField()
 
 
@@ -172,6 +177,7 @@ class PreToolUseApi(APIView):
         tool_name = StrictCharField(min_length=1, max_length=200)
         tool_args = JsonObjectField(required=False, default=dict)
         tool_call_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        turn_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
         user_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
         metadata = JsonObjectField(required=False, default=dict)
         idempotency_key = StrictCharField(
@@ -210,6 +216,7 @@ class PreToolUseApi(APIView):
             tool_name=data["tool_name"],
             tool_args=data["tool_args"],
             tool_call_id=data["tool_call_id"],
+            turn_id=data["turn_id"],
             user_id=data["user_id"],
             metadata=data["metadata"],
             idempotency_key=data["idempotency_key"] or None,

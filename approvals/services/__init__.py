@@ -8,6 +8,7 @@
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
 - `api_keys`: keys created, revoked, touched;
 - `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
+- `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
 
 Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
 the modules import each other directly, never through this package.
@@ -28,8 +29,11 @@ from approvals.services.confirmations import (
     confirmation_respond,
     confirmation_timers_due,
     confirmation_transition,
+    confirmation_warn,
+    confirmations_respond,
 )
 from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
+from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
 from approvals.services.records import event_record, outbox_add
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
@@ -55,8 +59,12 @@ __all__ = [
     "confirmation_respond",
     "confirmation_timers_due",
     "confirmation_transition",
+    "confirmation_warn",
     "confirmations_expire",
+    "confirmations_respond",
     "event_record",
+    "grant_revoke",
+    "grants_end_session",
     "hook_event_run",
     "outbox_add",
     "outbox_claim",

@@ -42,7 +42,7 @@ def agent_hooks_apply(*, agent: Agent, hooks: list[Any], source: str) -> AgentCo
     The agent row is locked first, so concurrent saves (admin, API, apply_config)
     number their versions in turn.
     """
-    Agent.objects.select_for_update().filter(pk=agent.pk).first()
+    Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).first()
     normalised = stored_hooks(validate_agent_hooks(hooks, channel_names=selectors.channel_names()))
     current = agent.current_config
     if current is not None and current.hooks == normalised:

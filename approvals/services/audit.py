@@ -9,10 +9,13 @@ row and can never fork the chain; writers of different agents never meet.
 Elsewhere (SQLite for `make run`) the head is read and written in the
 transaction, which SQLite's IMMEDIATE transactions already serialise.
 
-Lock order: a transaction that writes an event about a confirmation request
-and also locks that request locks the request first (every path here does), so
-the head lock is always the last one taken and two transactions never wait on
-each other in a circle.
+Lock order: a transaction that writes an event about a confirmation request and
+also locks that request locks the request first (every path here does), so the
+head lock is the last one it waits for. Requests and agents are locked FOR NO
+KEY UPDATE (`select_for_update(no_key=True)`), which never blocks the
+foreign-key checks of rows inserted about them: deciding a call of a turn
+writes an outbox row for the turn's card on the lead request, and must not wait
+behind a card delivery that holds the lead and waits for the head.
 
 `audit_purge` removes old records and records a checkpoint (the hash of the
 last entry it removed), from which `verify_audit` starts the chain again.
@@ -39,6 +42,7 @@ from approvals.models import (
     CallbackReceipt,
     ConfirmationEvent,
     ConfirmationRequest,
+    Grant,
     ToolCall,
 )
 
@@ -208,7 +212,7 @@ class PurgeResult:
 
 
 def audit_purge(*, older_than: dt.timedelta, now: dt.datetime | None = None) -> PurgeResult:
-    """Remove tool calls, confirmation requests (with their events, responses and outbox rows) and
+    """Remove tool calls, confirmation requests (with their grants, events, responses and outbox rows) and
     audit entries older than `older_than`, agent by agent, keeping every chain verifiable.
 
     Per agent, in one transaction holding its chain's head: the chain is cut at
@@ -249,18 +253,23 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     cut = cut_entry["seq"]
     old = AuditEntry.objects.filter(agent_id=agent_id, seq__lte=cut)
     newer = AuditEntry.objects.filter(agent_id=agent_id, seq__gt=cut)
+    old_calls = ToolCall.objects.filter(agent_id=agent_id, created_at__lt=cutoff).exclude(
+        Exists(newer.filter(tool_call_id=OuterRef("pk")))
+    )
+    # A call a grant allowed names the grant, and the grant its request: a request stays while a
+    # call its grants allowed stays (those calls have no request of their own; old ones go).
+    allowed_and_staying = ToolCall.objects.filter(grant__confirmation_id=OuterRef("pk")).exclude(
+        pk__in=old_calls.filter(confirmation__isnull=True).values("pk")
+    )
     # A tool call and its request go together or not at all: both old, the request final, nothing
     # about either linked above the cut (an old request decided yesterday keeps its call).
     settled = (
         ConfirmationRequest.objects.filter(agent_id=agent_id, created_at__lt=cutoff, status__in=FINAL_STATUSES)
         .exclude(Exists(newer.filter(event__confirmation_id=OuterRef("pk"))))
         .exclude(Exists(ConfirmationEvent.objects.filter(confirmation_id=OuterRef("pk"), created_at__gte=cutoff)))
+        .exclude(Exists(allowed_and_staying))
     )
-    calls = (
-        ToolCall.objects.filter(agent_id=agent_id, created_at__lt=cutoff)
-        .exclude(Exists(newer.filter(tool_call_id=OuterRef("pk"))))
-        .filter(Q(confirmation__isnull=True) | Q(confirmation__in=settled.values("pk")))
-    )
+    calls = old_calls.filter(Q(confirmation__isnull=True) | Q(confirmation__in=settled.values("pk")))
     requests = settled.filter(Q(tool_call__isnull=True) | Q(tool_call__in=calls.values("pk")))
 
     # Rows that stay and whose latest entry is about to be cut away: link them again, above the cut.
@@ -282,14 +291,15 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
         audit_append(agent_id=agent_id, action=AuditAction.RETAINED, row=row, source=source)
     result.entries_retained += len(retained)
 
-    # Requests first (their events, responses and outbox rows go with them; their tool calls,
-    # which go next, lose the link), in batches so memory stays flat.
-    while batch := list(requests.values_list("pk", flat=True)[:PURGE_BATCH]):
-        ConfirmationRequest.objects.filter(pk__in=batch).delete()
-        result.confirmations_removed += len(batch)
+    # Calls first (the grants they name can go next), then each request with its grants, events,
+    # responses and outbox rows — in batches, so memory stays flat.
     while batch := list(calls.values_list("pk", flat=True)[:PURGE_BATCH]):
         ToolCall.objects.filter(pk__in=batch).delete()
         result.tool_calls_removed += len(batch)
+    while batch := list(requests.values_list("pk", flat=True)[:PURGE_BATCH]):
+        Grant.objects.filter(confirmation_id__in=batch).delete()
+        ConfirmationRequest.objects.filter(pk__in=batch).delete()
+        result.confirmations_removed += len(batch)
     result.entries_removed += old.delete()[0]
     AuditCheckpoint.objects.create(agent_id=agent_id, seq=cut, hash=cut_entry["entry_hash"], cutoff=cutoff)
     result.chains_cut += 1

@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.arguments import get_path, with_edits
 from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
     Agent,
@@ -43,13 +44,16 @@ from approvals.services.records import (
     outbox_add,
     outbox_add_many,
 )
+from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
-from channels_ext.base import Callback, DecisionOutcome
+from channels_ext.base import Callback, DecisionOutcome, has_turn_cards
 from hooks import state as hook_state
-from hooks.base import AskSpec
+from hooks.base import AskSpec, grant_label
+from hooks.chain import mask_args
 
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
+EDIT_NOT_ALLOWED = "This request's gate does not allow editing its arguments."
 
 _TERMINAL_EVENT = {
     Status.APPROVED: EventKind.APPROVED,
@@ -75,8 +79,15 @@ def confirmation_create(
     config_version: int,
     callback_url: str,
     now: dt.datetime | None,
+    turn_id: str = "",
+    editable_paths: list[str] | None = None,
+    args_fingerprint: str = "",
 ) -> ConfirmationRequest:
-    """Insert the request, its `created` event and its card outbox row (the caller holds the transaction)."""
+    """Insert the request, its `created` event and its card outbox row (the caller holds the transaction).
+
+    A call of a turn that already has a pending request in the same channel joins that request's
+    card (`batch_lead`) instead of getting its own, when the channel's cards can list a turn.
+    """
     now = now or timezone.now()
     try:
         channel = Channel.objects.get(name=spec.channel)
@@ -85,6 +96,22 @@ def confirmation_create(
     escalate_channel = None
     if spec.escalate_channel:
         escalate_channel = Channel.objects.filter(name=spec.escalate_channel).first()
+    lead_id = None
+    if turn_id and has_turn_cards(channel.kind):
+        first = (
+            ConfirmationRequest.objects.filter(
+                agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING, channel=channel
+            )
+            .order_by("created_at")
+            .values_list("pk", "batch_lead_id")
+            .first()
+        )
+        if first is not None:
+            lead_id = first[1] or first[0]
+    expires_at = now + dt.timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else None
+    warn_at = None
+    if expires_at is not None and spec.warn_before_seconds:
+        warn_at = expires_at - dt.timedelta(seconds=spec.warn_before_seconds)
     confirmation = ConfirmationRequest.objects.create(
         agent=agent,
         session_id=session_id,
@@ -100,7 +127,13 @@ def confirmation_create(
         reason=spec.reason,
         hook_name=spec.gate,
         config_version=config_version,
-        expires_at=now + dt.timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else None,
+        expires_at=expires_at,
+        warn_at=warn_at,
+        turn_id=turn_id,
+        batch_lead_id=lead_id,
+        editable_paths=editable_paths or [],
+        grant_options=list(spec.grants),
+        args_fingerprint=args_fingerprint,
         on_timeout=spec.on_timeout,
         remind_at=now + dt.timedelta(seconds=spec.remind_after_seconds) if spec.remind_after_seconds else None,
         escalate_at=(
@@ -113,7 +146,17 @@ def confirmation_create(
         callback_url=callback_url,
     )
     event_record(confirmation, EventKind.CREATED, actor=f"agent:{agent.name}", message=spec.reason)
-    outbox_add(confirmation, OutboxKind.CARD, channel=channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
+    if lead_id is not None:
+        event_record(
+            confirmation,
+            EventKind.JOINED_TURN,
+            actor=f"agent:{agent.name}",
+            message=f"shown with the other calls of turn {turn_id} on the card of request {lead_id}",
+            data={"lead": str(lead_id), "turn_id": turn_id},
+        )
+        outbox_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
+    else:
+        outbox_add(confirmation, OutboxKind.CARD, channel=channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
     return confirmation
 
 
@@ -125,12 +168,19 @@ def confirmation_transition(
     to_status: str,
     *,
     decided_by: str,
+    decided_by_name: str = "",
     reason: str = "",
     channel: str = "",
     extra_filter: Q | None = None,
+    arg_edits: dict[str, Any] | None = None,
+    approved_args: dict[str, Any] | None = None,
+    event_message: str = "",
+    event_data: dict[str, Any] | None = None,
 ) -> bool:
     """pending -> `to_status` as ONE conditional UPDATE. True if this call won.
 
+    `decided_by` is channel-qualified (`slack:U…`, `web:alice`, `gateway`…), `decided_by_name`
+    its display name; an approval with edits sets `arg_edits` and `approved_args` in the same UPDATE.
     Must run inside a transaction: the event, the NOTIFY (delivered at commit)
     and the card-redraw / webhook outbox rows commit with the change or not at all.
     """
@@ -138,11 +188,28 @@ def confirmation_transition(
     qs = ConfirmationRequest.objects.filter(pk=confirmation_id, status=Status.PENDING)
     if extra_filter is not None:
         qs = qs.filter(extra_filter)
-    changed = qs.update(status=to_status, decided_by=decided_by, decided_at=now, decision_reason=reason)
+    fields: dict[str, Any] = {}
+    if arg_edits:
+        fields = {"arg_edits": arg_edits, "approved_args": approved_args}
+    changed = qs.update(
+        status=to_status,
+        decided_by=decided_by,
+        decided_by_name=decided_by_name,
+        decided_at=now,
+        decision_reason=reason,
+        **fields,
+    )
     if not changed:
         return False
     confirmation = ConfirmationRequest.objects.select_related("channel", "escalate_channel").get(pk=confirmation_id)
-    event_record(confirmation, _TERMINAL_EVENT[to_status], actor=decided_by, channel=channel, message=reason)
+    event_record(
+        confirmation,
+        _TERMINAL_EVENT[to_status],
+        actor=decided_by,
+        channel=channel,
+        message=event_message or reason,
+        data={**({"name": decided_by_name} if decided_by_name else {}), **(event_data or {})},
+    )
     changes_notify([confirmation.pk])
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
     outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
@@ -151,16 +218,27 @@ def confirmation_transition(
     return True
 
 
-def confirmation_respond(*, channel_name: str, callback: Callback, as_admin: bool = False) -> DecisionOutcome:
+def confirmation_respond(
+    *, channel_name: str, callback: Callback, as_admin: bool = False, actor_kind: str = ""
+) -> DecisionOutcome:
     """An approver's click (any channel), applied exactly once.
 
     Checks who may decide, records one response per approver, and decides the
-    request when a reject arrives or the approvals reach the quorum.
+    request when a reject arrives or the approvals reach the quorum. An approval
+    may carry edited arguments (`callback.edits`) or a scope to approve for
+    (`callback.grant`), each checked against what the gate allows.
+    `callback.whole_turn` decides every pending call on the request's turn card,
+    each one exactly once with every check applied (`confirmations_respond`).
+
     `as_admin` (Django admin / staff on the web page) skips the approver list.
+    The clicker is recorded channel-qualified: `actor_kind` (`web`, `admin`), or
+    the kind of the channel the click came through (`slack:U…`, `feishu:ou_…`).
     """
+    if callback.whole_turn:
+        return _respond_whole_turn(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
     try:
         with transaction.atomic():
-            verdict = _respond(channel_name=channel_name, callback=callback, as_admin=as_admin)
+            verdict = _respond(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
     except _Duplicate as dup:
         verdict = dup.outcome
     if verdict.code == "not_found":
@@ -169,7 +247,61 @@ def confirmation_respond(*, channel_name: str, callback: Callback, as_admin: boo
     confirmation = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").get(
         pk=callback.confirmation_id
     )
-    return dataclasses.replace(verdict, card=selectors.card_view(confirmation, channel_name=channel_name))
+    owner = selectors.card_owner(confirmation)  # a call of a turn is shown on its turn's card
+    return dataclasses.replace(verdict, card=selectors.card_view(owner, channel_name=channel_name))
+
+
+def confirmations_respond(
+    *, channel_name: str, callback: Callback, confirmation_ids: list[Any], as_admin: bool = False, actor_kind: str = ""
+) -> list[tuple[str, DecisionOutcome]]:
+    """The same click on several requests (the inbox's batch, a turn card's "all"): each request is
+    decided by `confirmation_respond` on its own — its own transaction, row lock, approver checks and
+    conditional UPDATE — so each is decided exactly once whatever else happens to the others."""
+    outcomes = []
+    for pk in confirmation_ids:
+        one = dataclasses.replace(
+            callback,
+            confirmation_id=str(pk),
+            whole_turn=False,
+            # A vendor's redelivery of the whole click is a duplicate for each request.
+            dedupe_key=f"{callback.dedupe_key}:{pk}" if callback.dedupe_key else "",
+        )
+        decided = confirmation_respond(channel_name=channel_name, callback=one, as_admin=as_admin, actor_kind=actor_kind)
+        outcomes.append((str(pk), decided))
+    return outcomes
+
+
+def _respond_whole_turn(*, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str) -> DecisionOutcome:
+    confirmation = (
+        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
+        .filter(pk=callback.confirmation_id)
+        .first()
+    )
+    if confirmation is None:
+        return DecisionOutcome(applied=False, code="not_found", message="This approval request no longer exists.", card=None)
+    owner = selectors.card_owner(confirmation)
+    members = selectors.batch_of(owner) or [owner]
+    pending = [c.pk for c in members if c.status == Status.PENDING]
+    # All of a turn is approved as proposed: an edit or a scope belongs to one call.
+    callback = dataclasses.replace(callback, edits=None, grant=None)
+    results = confirmations_respond(
+        channel_name=channel_name, callback=callback, confirmation_ids=pending, as_admin=as_admin, actor_kind=actor_kind
+    )
+    applied = [pk for pk, o in results if o.applied]
+    refused = [o for _, o in results if not o.applied]
+    if callback.dry_run:
+        message = "" if applied else (refused[0].message if refused else "Nothing is pending on this card.")
+        code = "would_apply" if applied else (refused[0].code if refused else "already_decided")
+    else:
+        verb = "Approved" if callback.decision == "approve" else "Rejected"
+        message = f"{verb} {len(applied)} call(s) of this turn." if applied else "Nothing was changed."
+        if refused:
+            message += f" {len(refused)} left unchanged: {refused[0].message}"
+        code = "decided" if applied else (refused[0].code if refused else "already_decided")
+    owner.refresh_from_db()
+    return DecisionOutcome(
+        applied=bool(applied), code=code, message=message, card=selectors.card_view(owner, channel_name=channel_name)
+    )
 
 
 class _Duplicate(Exception):
@@ -177,11 +309,17 @@ class _Duplicate(Exception):
         self.outcome = outcome
 
 
-def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> DecisionOutcome:
+class _Refused(Exception):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+
+
+def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str) -> DecisionOutcome:
     # Row lock: responses to one request are counted one at a time (quorum), and
     # a click and the expiry sweep cannot interleave.
     confirmation = (
-        ConfirmationRequest.objects.select_for_update(of=("self",))
+        ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
         .select_related("agent", "channel", "escalate_channel")
         .filter(pk=callback.confirmation_id)
         .first()
@@ -191,6 +329,11 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
 
     def outcome(applied: bool, code: str, message: str) -> DecisionOutcome:
         return DecisionOutcome(applied=applied, code=code, message=message, card=None)  # card: after commit
+
+    # Who, as recorded everywhere: the channel-qualified id, the display name beside it.
+    actor = f"{actor_kind or selectors.actor_kind(confirmation, channel_name=channel_name)}:{callback.actor}"
+    name = callback.actor_name or callback.actor
+    who = {"name": name}
 
     if callback.dedupe_key and not callback.dry_run:
         try:
@@ -202,14 +345,16 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
     if confirmation.is_final:
         message = selectors.final_state_sentence(confirmation)
         # recorded for dry runs too: a refused Reject never gets as far as its modal
-        event_record(confirmation, EventKind.LATE_CLICK, actor=callback.actor, channel=channel_name, message=message)
+        event_record(
+            confirmation, EventKind.LATE_CLICK, actor=actor, channel=channel_name, message=message, data=who
+        )
         return outcome(False, "already_decided", message)
 
     if confirmation.expires_at is not None and confirmation.expires_at <= timezone.now():
         # Past its deadline but not yet swept: expire it now rather than accept a late decision.
         if not callback.dry_run:
             confirmation_expire(confirmation_id=confirmation.pk)
-            event_record(confirmation, EventKind.LATE_CLICK, actor=callback.actor, channel=channel_name)
+            event_record(confirmation, EventKind.LATE_CLICK, actor=actor, channel=channel_name, data=who)
         return outcome(False, "already_decided", "This request expired before you answered.")
 
     # Staff skip the approver list, never the self-approval rule.
@@ -217,9 +362,19 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         refusal = selectors.self_approval_refusal(confirmation, actor=callback.actor)
     else:
         refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=callback.actor)
+    if refusal is None and callback.decision == "approve":
+        try:
+            edits, approved_args = _checked_edits(confirmation, callback)
+            option = _checked_grant(confirmation, callback, edited=bool(edits))
+        except _Refused as refused:
+            refusal = (refused.code, refused.message)
+    else:
+        edits, approved_args, option = {}, None, None
     if refusal is not None:
         code, message = refusal
-        event_record(confirmation, EventKind.REFUSED_CLICK, actor=callback.actor, channel=channel_name, message=message)
+        event_record(
+            confirmation, EventKind.REFUSED_CLICK, actor=actor, channel=channel_name, message=message, data=who
+        )
         return outcome(False, code, message)
 
     if callback.dry_run:
@@ -229,7 +384,8 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
         with transaction.atomic():
             ApproverResponse.objects.create(
                 confirmation=confirmation,
-                approver=callback.actor,
+                approver=actor,
+                approver_name=name,
                 decision=callback.decision,
                 reason=callback.reason,
                 channel=channel_name,
@@ -237,28 +393,108 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool) -> Decisi
     except IntegrityError:
         return outcome(False, "duplicate", "You have already answered this request.")
 
-    actor = callback.actor_name or callback.actor
     if callback.decision == "reject":
         confirmation_transition(
-            confirmation.pk, Status.REJECTED, decided_by=actor, reason=callback.reason, channel=channel_name
+            confirmation.pk,
+            Status.REJECTED,
+            decided_by=actor,
+            decided_by_name=name,
+            reason=callback.reason,
+            channel=channel_name,
         )
         return outcome(True, "decided", "Rejected.")
     approvals = confirmation.responses.filter(decision="approve").count()
     if approvals >= confirmation.approvals_required:
-        confirmation_transition(
-            confirmation.pk, Status.APPROVED, decided_by=actor, reason=callback.reason, channel=channel_name
+        message, data = callback.reason, {}
+        if edits:
+            message = f"approved with edited arguments ({', '.join(sorted(edits))})" + (
+                f": {callback.reason}" if callback.reason else ""
+            )
+            data = {"edited": True, "edited_paths": sorted(edits), "proposed_args": confirmation.tool_args,
+                    "approved_args": approved_args}  # fmt: skip
+        if option is not None:
+            message = f"approved {grant_label(option)}" + (f": {callback.reason}" if callback.reason else "")
+        won = confirmation_transition(
+            confirmation.pk,
+            Status.APPROVED,
+            decided_by=actor,
+            decided_by_name=name,
+            reason=callback.reason,
+            channel=channel_name,
+            arg_edits=edits,
+            approved_args=approved_args,
+            event_message=message,
+            event_data=data,
         )
-        return outcome(True, "decided", "Approved.")
+        if not won:  # cannot happen under the row lock; never grant for an approval that did not take
+            raise AlreadyDecided(selectors.final_state_sentence(confirmation))
+        if option is not None:
+            grant_create(
+                confirmation=confirmation, option=option, granted_by=actor, granted_by_name=name, channel=channel_name
+            )
+            return outcome(True, "decided", f"Approved {grant_label(option)}.")
+        return outcome(True, "decided", "Approved with your edits." if edits else "Approved.")
     event_record(
         confirmation,
         EventKind.RESPONSE,
         actor=actor,
         channel=channel_name,
         message=f"approval {approvals} of {confirmation.approvals_required}",
+        data=who,
     )
     changes_notify([confirmation.pk])  # WebSocket watchers see the count move
     outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _checked_edits(confirmation: ConfirmationRequest, callback: Callback) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The edits that change something, and the approved arguments as stored; refuses what the gate does not allow.
+
+    Only the paths fixed when the request was made (`editable_paths`: the gate's `allow_edit`
+    minus masked values) may change. A new value that the agent's masks (redact) would hide is
+    refused too: the gateway never stores secrets, and an edit is stored to be shown and audited.
+    """
+    if not callback.edits:
+        return {}, None
+    changed = {
+        path: value for path, value in callback.edits.items() if get_path(confirmation.tool_args, path) != value
+    }
+    if not changed:
+        return {}, None  # nothing differs: a plain approval
+    allowed = list(confirmation.editable_paths or [])
+    if not allowed:
+        raise _Refused("edit_refused", EDIT_NOT_ALLOWED)
+    outside = sorted(set(changed) - set(allowed))
+    if outside:
+        raise _Refused(
+            "edit_refused",
+            f"You may not change {', '.join(outside)}; the editable arguments are {', '.join(allowed)}.",
+        )
+    approved = with_edits(confirmation.tool_args, changed)
+    _, hooks = selectors.agent_hooks(agent=confirmation.agent)
+    masked = mask_args(hooks, approved)
+    hidden = sorted(path for path in changed if get_path(masked, path) != get_path(approved, path))
+    if hidden:
+        raise _Refused(
+            "edit_refused",
+            f"The new value of {', '.join(hidden)} would be redacted; a secret cannot be set by an edit "
+            "(the gateway never stores one).",
+        )
+    return changed, approved
+
+
+def _checked_grant(confirmation: ConfirmationRequest, callback: Callback, *, edited: bool) -> dict[str, Any] | None:
+    """The grant option an approval asks for, if any; refuses one the request does not offer."""
+    if callback.grant is None:
+        return None
+    options = confirmation.grant_options or []
+    if not 0 <= callback.grant < len(options):
+        raise _Refused("grant_refused", "This request offers no such scope to approve for.")
+    if edited:
+        raise _Refused(
+            "grant_refused", "A scope approves the arguments as proposed; to change them, edit and approve once."
+        )
+    return options[callback.grant]
 
 
 @transaction.atomic
@@ -266,7 +502,11 @@ def confirmation_cancel(*, agent: Agent, confirmation_id: Any) -> ConfirmationRe
     """The agent withdraws its request. 409 if it was already decided."""
     confirmation = selectors.confirmation_for_agent(agent=agent, confirmation_id=confirmation_id)
     cancelled = confirmation_transition(
-        confirmation.pk, Status.CANCELLED, decided_by=f"agent:{agent.name}", reason="cancelled by the agent"
+        confirmation.pk,
+        Status.CANCELLED,
+        decided_by=f"agent:{agent.name}",
+        decided_by_name=agent.name,
+        reason="cancelled by the agent",
     )
     confirmation.refresh_from_db()
     if not cancelled:
@@ -276,9 +516,14 @@ def confirmation_cancel(*, agent: Agent, confirmation_id: Any) -> ConfirmationRe
 
 @transaction.atomic
 def confirmation_cancel_by_staff(*, confirmation_id: Any, actor: str, reason: str = "") -> bool:
-    """An operator withdraws a pending request (Django admin). False if it was already final."""
+    """An operator (`actor`: the staff user's name) withdraws a pending request in the Django admin,
+    recorded as `admin:<name>`. False if it was already final."""
     return confirmation_transition(
-        confirmation_id, Status.CANCELLED, decided_by=actor, reason=reason or f"cancelled by {actor}"
+        confirmation_id,
+        Status.CANCELLED,
+        decided_by=f"admin:{actor}",
+        decided_by_name=actor,
+        reason=reason or f"cancelled by {actor}",
     )
 
 
@@ -289,6 +534,7 @@ def confirmation_expire(*, confirmation_id: Any) -> bool:
             confirmation_id,
             Status.EXPIRED,
             decided_by=SYSTEM_ACTOR,
+            decided_by_name=SYSTEM_ACTOR,
             reason=EXPIRED_REASON,
             extra_filter=Q(expires_at__lte=timezone.now()),
         )
@@ -309,7 +555,7 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
     """
     now = timezone.now()
     with transaction.atomic():
-        due = ConfirmationRequest.objects.select_for_update(skip_locked=True).filter(
+        due = ConfirmationRequest.objects.select_for_update(skip_locked=True, no_key=True).filter(
             status=Status.PENDING, expires_at__lte=now
         )
         if confirmation_ids is not None:
@@ -320,7 +566,11 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         ids = [pk for pk, _, _ in rows]
         callbacks = {pk: url for pk, _, url in rows}
         ConfirmationRequest.objects.filter(pk__in=ids).update(
-            status=Status.EXPIRED, decided_by=SYSTEM_ACTOR, decided_at=now, decision_reason=EXPIRED_REASON
+            status=Status.EXPIRED,
+            decided_by=SYSTEM_ACTOR,
+            decided_by_name=SYSTEM_ACTOR,
+            decided_at=now,
+            decision_reason=EXPIRED_REASON,
         )
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
@@ -348,6 +598,8 @@ def confirmation_timers_due(*, limit: int = 200) -> TimersRun:
     due = ConfirmationRequest.objects.filter(status=Status.PENDING)
     for pk in due.filter(remind_at__lte=now).order_by("remind_at").values_list("pk", flat=True)[:limit]:
         run.reminded += confirmation_remind(confirmation_id=pk, now=now)
+    for pk in due.filter(warn_at__lte=now).order_by("warn_at").values_list("pk", flat=True)[:limit]:
+        run.warned += confirmation_warn(confirmation_id=pk, now=now)
     escalations = due.filter(escalate_at__lte=now, escalated_at__isnull=True, escalate_channel__isnull=False)
     for pk in escalations.order_by("escalate_at").values_list("pk", flat=True)[:limit]:
         run.escalated += confirmation_escalate(confirmation_id=pk, now=now)
@@ -370,6 +622,33 @@ def confirmation_remind(*, confirmation_id: Any, now: dt.datetime) -> bool:
         text += f" ({approvals} of {confirmation.approvals_required} approvals so far)"
     event_record(confirmation, EventKind.REMINDED, actor=SYSTEM_ACTOR, message=text)
     outbox_add(confirmation, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
+    return True
+
+
+def warning_text(confirmation: ConfirmationRequest, *, now: dt.datetime) -> str:
+    """The warning before the deadline: how long is left and what the agent is told then."""
+    left = max(0, int((confirmation.expires_at - now).total_seconds())) if confirmation.expires_at else 0
+    span = f"{left // 60} min {left % 60} s" if left >= 60 else f"{left} s"
+    then = "allow" if confirmation.on_timeout == "allow" else "deny"
+    return (
+        f"Deadline soon: {span} left (until {confirmation.expires_at:%Y-%m-%d %H:%M:%S} UTC); "
+        f"then the agent is told {then}."
+    )
+
+
+@transaction.atomic
+def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
+    """Warn the approvers of a pending request that its deadline is near, once (`warn_before_seconds`).
+    True if this call did it."""
+    changed = ConfirmationRequest.objects.filter(
+        pk=confirmation_id, status=Status.PENDING, warn_at__lte=now
+    ).update(warn_at=None)
+    if not changed:
+        return False
+    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+    text = warning_text(confirmation, now=now)
+    event_record(confirmation, EventKind.WARNED, actor=SYSTEM_ACTOR, message=text)
+    outbox_add(confirmation, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
     return True
 
 

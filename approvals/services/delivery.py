@@ -89,7 +89,7 @@ def _lock_request(row: Outbox) -> None:
     """Lock the request before anything else in a transaction that may also decide or lock it:
     the event it writes then takes its agent's audit head last, the order every path keeps
     (approvals.services.audit), so two transactions never wait on each other in a circle."""
-    list(ConfirmationRequest.objects.select_for_update().filter(pk=row.confirmation_id).values_list("pk", flat=True))
+    list(ConfirmationRequest.objects.select_for_update(no_key=True).filter(pk=row.confirmation_id).values_list("pk", flat=True))
 
 
 def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
@@ -99,7 +99,7 @@ def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
     Locks the request row: every transition updates it, so this serialises with them.
     """
     confirmation = (
-        ConfirmationRequest.objects.select_for_update(of=("self",))
+        ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
         .select_related("agent", "channel", "escalate_channel")
         .get(pk=row.confirmation_id)
     )
@@ -117,7 +117,8 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
     if row.kind in (OutboxKind.UPDATE, OutboxKind.REMIND):
         for card_row in selectors.posted_cards(confirmation):
             adapter = selectors.channel_adapter(card_row.channel)
-            card = selectors.card_view(confirmation, channel_name=card_row.channel.name)
+            # The card's own request: for a call of a turn, the turn's card lists it.
+            card = selectors.card_view(card_row.confirmation, channel_name=card_row.channel.name)
             ref = MessageRef(card_row.message_ref or {})
             if row.kind == OutboxKind.REMIND:
                 adapter.notify_approvers(card, ref, row.payload.get("text", "Reminder: this request is waiting for you."))
@@ -165,10 +166,14 @@ def _fail_closed_if_undelivered(row: Outbox, exc: DeliveryFailed) -> None:
     others = Outbox.objects.filter(confirmation_id=row.confirmation_id, kind=OutboxKind.CARD).exclude(pk=row.pk)
     if others.filter(status__in=[OutboxStatus.SENT, OutboxStatus.PENDING]).exists():
         return
-    confirmation_transition(
-        row.confirmation_id,
-        Status.REJECTED,
-        decided_by=SYSTEM_ACTOR,
-        reason=f"the approval card could not be delivered to channel {row.channel.name}: {exc.message}",
-        channel=row.channel.name,
-    )
+    # The calls of its turn shown on this card can reach nobody either.
+    members = ConfirmationRequest.objects.filter(batch_lead_id=row.confirmation_id, status=Status.PENDING)
+    for pk in [row.confirmation_id, *members.values_list("pk", flat=True)]:
+        confirmation_transition(
+            pk,
+            Status.REJECTED,
+            decided_by=SYSTEM_ACTOR,
+            decided_by_name=SYSTEM_ACTOR,
+            reason=f"the approval card could not be delivered to channel {row.channel.name}: {exc.message}",
+            channel=row.channel.name,
+        )

@@ -29,7 +29,8 @@ from approvals.models import Agent, AuditAction, ToolCall
 from approvals.services.audit import audit_append
 from hooks import state as hook_state
 from hooks.base import HookContext, result_text
-from hooks.chain import run_chain, tool_error_verdict
+from approvals.services.grants import grants_end_session
+from hooks.chain import mask_args, run_chain, tool_error_verdict
 
 
 def hook_event_run(
@@ -105,6 +106,8 @@ def hook_event_run(
         final = chain.result if chain.result_rewritten else result
         _tool_call_complete(
             call,
+            # What ran (the third record of an edited approval), masked like everything stored.
+            ran_args=mask_args(hooks, tool_args) if tool_args else None,
             outcome=outcome,
             result=final,
             result_size=result_size(result),
@@ -160,6 +163,7 @@ def hook_event_run(
 
     if event == "session_end":
         hook_state.session_remember(agent=agent.name, session_id=session_id, values={"ended_at": now.isoformat()})
+        grants_end_session(agent=agent, session_id=session_id)  # "for this session" ends with it
     return {"side_effects": chain.side_effects}
 
 
@@ -190,6 +194,7 @@ def _tool_call_complete(
     decisions: list[dict[str, Any]],
     now: dt.datetime,
     supersede: bool = False,
+    ran_args: dict[str, Any] | None = None,
 ) -> bool:
     """Record how the call ended: one conditional UPDATE. True if this did it.
 
@@ -208,6 +213,7 @@ def _tool_call_complete(
             completed_at=now,
             turn_id=call.turn_id or turn_id,
             hook_decisions=call.hook_decisions + decisions,
+            **({"ran_args": ran_args} if ran_args is not None else {}),
         )
         if changed:
             _audit(call, AuditAction.COMPLETED)

@@ -28,14 +28,16 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.arguments import args_fingerprint, editable_paths, masked_paths
 from approvals.caches import StaleCache, cache
 from approvals.errors import IdempotencyMismatch
-from approvals.models import Agent, AuditAction, ConfirmationRequest, ToolCall
+from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_insert_linked
 from approvals.services.confirmations import confirmation_create
+from approvals.services.grants import grant_reason, grant_use
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
-from hooks.base import HookContext
+from hooks.base import AskSpec, HookContext
 from hooks.chain import run_chain
 
 
@@ -62,8 +64,10 @@ def tool_call_pre(
     fingerprint: str = "",
     now: dt.datetime | None = None,
     served_under: int | None = None,
+    turn_id: str = "",
 ) -> PreToolUseAnswer:
-    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so.
+    """Run the agent's pre-tool-use chain and record the call; ask a human if a gate says so
+    (unless a live grant covers the call: `_ask_or_grant`).
 
     `served_under`: the agent generation the caller's cached view of the agent is from
     (None: the caller read the agent afresh). Raises StaleCache if it is no longer current.
@@ -84,7 +88,7 @@ def tool_call_pre(
     session = hook_state.session_values(agent=agent.name, session_id=session_id, stored=stored)
     user_id = user_id or session.get("user_id", "")
     metadata = {**session.get("metadata", {}), **metadata}
-    turn_id = session.get("turn_id", "")
+    turn_id = turn_id or session.get("turn_id", "")
     version, hooks = selectors.agent_hooks(agent=agent)
     ctx = HookContext(
         event="pre_tool_use",
@@ -137,11 +141,14 @@ def tool_call_pre(
                 _insert(record, served_under, stored)
             return answer
         with transaction.atomic():
-            confirmation = confirmation_create(
+            grant, confirmation = _ask_or_grant(
+                answer,
                 agent=agent,
                 spec=outcome.ask,
                 session_id=session_id,
+                turn_id=turn_id,
                 tool_name=tool_name,
+                tool_args=outcome.tool_args,
                 stored_args=stored_args,
                 tool_call_id=tool_call_id,
                 user_id=user_id,
@@ -150,8 +157,8 @@ def tool_call_pre(
                 callback_url=callback_url,
                 now=now,
             )
-            answer.confirmation_id = str(confirmation.id)
-            record.confirmation = confirmation
+            record.confirmation, record.grant = confirmation, grant
+            record.decision, record.reason = answer.decision, answer.reason  # a grant allows
             # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
             record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
             _insert(record, served_under, stored)
@@ -194,6 +201,73 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
     if not audit_insert_linked(insert_sql=sql, params=params, agent_id=record.agent_id, action=AuditAction.ASKED, row=record):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
+
+
+def _ask_or_grant(
+    answer: PreToolUseAnswer,
+    *,
+    agent: Agent,
+    spec: AskSpec,
+    session_id: str,
+    turn_id: str,
+    tool_name: str,
+    tool_args: dict[str, Any],
+    stored_args: dict[str, Any],
+    **create: Any,
+) -> tuple[Grant | None, ConfirmationRequest | None]:
+    """A gate asks (every deny rule has had its say): a live grant covering the call allows it,
+    else a human is asked. Inside the caller's transaction; `answer` is updated in place.
+
+    The calls of one turn are taken one at a time (a transaction-scoped advisory lock on the
+    agent, session and turn), and while a call of the turn is pending, a later one is never let
+    through by a grant: it is asked too, and shown on the turn's card with the pending one.
+    """
+    fingerprint = args_fingerprint(tool_name, tool_args)
+    turn_pending = False
+    if turn_id:
+        _lock_turn(agent, session_id, turn_id)
+        turn_pending = ConfirmationRequest.objects.filter(
+            agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING
+        ).exists()
+    grant = None
+    if not turn_pending:
+        grant = grant_use(
+            agent=agent, session_id=session_id, tool_name=tool_name, gate=spec.gate, fingerprint=fingerprint,
+            now=create.get("now"),
+        )  # fmt: skip
+    if grant is not None:
+        answer.decision = "allow"
+        answer.reason = grant_reason(grant)
+        answer.side_effects = [*answer.side_effects, "allowed_by_grant"]
+        answer.hook_decisions = [
+            *answer.hook_decisions,
+            {"hook": spec.gate, "kind": "grant", "decision": "allow", "reason": answer.reason},
+        ]
+        return grant, None
+    confirmation = confirmation_create(
+        agent=agent,
+        spec=spec,
+        session_id=session_id,
+        tool_name=tool_name,
+        stored_args=stored_args,
+        turn_id=turn_id,
+        editable_paths=editable_paths(
+            spec.allow_edit, stored_args=stored_args, masked=masked_paths(tool_args, stored_args)
+        ),
+        args_fingerprint=fingerprint,
+        **create,
+    )
+    answer.confirmation_id = str(confirmation.id)
+    return None, confirmation
+
+
+def _lock_turn(agent: Agent, session_id: str, turn_id: str) -> None:
+    """Serialise the asks of one turn until the transaction ends (PostgreSQL; SQLite has one writer anyway)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [agent.pk % 2**31, f"turn\x1f{session_id}\x1f{turn_id}"]
+            )
 
 
 def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> PreToolUseAnswer:

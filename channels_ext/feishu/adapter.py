@@ -63,7 +63,7 @@ from channels_ext.base import (
     unsign_confirmation_id,
 )
 from channels_ext.connections.link import ChannelLink
-from channels_ext.feishu.cards import REASON_INPUT_NAME, render_card
+from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME, render_card
 from channels_ext.feishu.config import FeishuChannelConfig
 from channels_ext.feishu.connection import FeishuLongConnectionLink
 
@@ -338,7 +338,11 @@ class FeishuAdapter(ChannelAdapter):
         the transport's own delivery id, used when the payload has no event_id.
         Raises CallbackError(400) for a click that is not on one of our buttons.
         """
-        callback = parse_card_action(_with_decoded_values(payload))
+        try:
+            callback = parse_card_action(_with_decoded_values(payload))
+        except UnreadableEdit as exc:
+            # The approver mistyped a value: tell them on a toast; nothing is decided, the card stays.
+            return {"toast": {"type": "warning", "content": exc.message}}
         if not callback.dedupe_key and dedupe_key:
             callback = dataclasses.replace(callback, dedupe_key=dedupe_key)
         return click_answer(decide(callback))
@@ -393,18 +397,52 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     actor = operator.get("open_id")
     if not isinstance(actor, str) or not actor:
         raise CallbackError(400, "the callback names no operator open_id")
+    form_value = action.get("form_value") if isinstance(action.get("form_value"), dict) else {}
     reason = ""
     if decision == "reject":
-        form_value = action.get("form_value")
-        typed = form_value.get(REASON_INPUT_NAME) if isinstance(form_value, dict) else None
+        typed = form_value.get(REASON_INPUT_NAME)
         reason = typed.strip() if isinstance(typed, str) else ""
+    grant = value.get("grant")
+    if grant is not None and (isinstance(grant, bool) or not isinstance(grant, int) or not 0 <= grant < 100):
+        raise CallbackError(400, "the button value's grant is not a scope number")
     return Callback(
         confirmation_id=confirmation_id,
         decision=decision,
         actor=actor,
         reason=reason,
         dedupe_key=str(header.get("event_id") or ""),
+        grant=grant if decision == "approve" else None,
+        edits=_edits(value.get("edit"), form_value) if decision == "approve" else None,
+        whole_turn=value.get("turn") is True,
     )
+
+
+class UnreadableEdit(CallbackError):
+    """A value typed in the edit form is not JSON (the approver is told; nothing is decided)."""
+
+    def __init__(self, message: str):
+        super().__init__(400, message)
+
+
+def _edits(paths: Any, form_value: dict[str, Any]) -> dict[str, Any] | None:
+    """The edited arguments of an "Approve with these values" click: input `arg_<n>` holds the JSON of
+    `paths[n]`. A value that is not JSON is refused (400 → the clicker is told), nothing decided."""
+    if paths is None:
+        return None
+    if not isinstance(paths, list) or len(paths) > MAX_EDIT_FIELDS or not all(isinstance(p, str) for p in paths):
+        raise CallbackError(400, "the edit button's value does not list the argument paths")
+    edits: dict[str, Any] = {}
+    for number, path in enumerate(paths):
+        typed = form_value.get(f"{EDIT_INPUT_PREFIX}{number}")
+        if typed is None or typed == "":
+            continue  # left empty: unchanged
+        if not isinstance(typed, str):
+            raise CallbackError(400, f"the value typed for {path} is not text")
+        try:
+            edits[path] = json.loads(typed)
+        except ValueError:
+            raise UnreadableEdit(f"The value for {path} is not JSON; text needs quotes: \"like this\".") from None
+    return edits
 
 
 def click_answer(outcome: DecisionOutcome) -> dict[str, Any]:

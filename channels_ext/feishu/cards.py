@@ -9,12 +9,13 @@ https://open.feishu.cn/document/feishu-cards/card-json-v2-structure
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, sign_confirmation_id
+from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
 
 APPROVE_BUTTON_NAME = "approve"
 REJECT_BUTTON_NAME = "reject"
@@ -22,6 +23,14 @@ REJECT_FORM_NAME = "reject_form"
 # The reject form's input; Feishu returns what was typed in `event.action.form_value.reason`.
 REASON_INPUT_NAME = "reason"
 REASON_MAX_LENGTH = 1000
+# Edit, then approve: a form with one input per editable argument (`arg_<n>`, JSON) and its submit button.
+EDIT_FORM_NAME = "edit_form"
+EDIT_INPUT_PREFIX = "arg_"
+EDIT_BUTTON_NAME = "approve_edited"
+EDIT_VALUE_LIMIT = 1000  # an input's max_length
+MAX_EDIT_FIELDS = 10
+GRANT_BUTTON_PREFIX = "approve_grant_"
+MAX_TURN_ITEMS = 15
 
 ARG_VALUE_LIMIT = 300  # one argument's rendered value
 SHORT_LIMIT = 200  # agent, tool, user, hook names
@@ -68,11 +77,13 @@ def _safe(text: str, limit: int) -> str:
     return escape(cut(" ".join(text.split()), limit))
 
 
-def mention(user_id: str) -> str:
-    """An `<at>` mention for a Feishu open_id; any other id (web user, system) as text."""
-    if _OPEN_ID.match(user_id):
-        return f"<at id={user_id}></at>"
-    return _safe(user_id, SHORT_LIMIT)
+def mention(user_id: str, name: str = "") -> str:
+    """An `<at>` mention for a Feishu user (a channel-qualified `feishu:ou_…`, or a bare open_id as
+    gates list approvers); anyone else (a web user, the gateway) as text: "olga (web:olga)"."""
+    kind, native = split_actor(user_id)
+    if kind in ("feishu", "") and _OPEN_ID.match(native):
+        return f"<at id={native}></at>"
+    return _safe(actor_label(user_id, name), SHORT_LIMIT)
 
 
 def format_time(moment: dt.datetime) -> str:
@@ -124,11 +135,15 @@ def outcome_line(card: CardView) -> str:
     """How a decided request ended, e.g. "✅ **Approved** by <at id=ou_…></at> at …"."""
     icon = _OUTCOME_ICONS.get(card.status, "ℹ️")
     line = f"{icon} **{_safe(card.status.capitalize(), SHORT_LIMIT)}**"
-    deciders = card.approved_by if card.status == "approved" and card.approved_by else ()
+    if card.edited:
+        line += " (edited)"
+    deciders: tuple[tuple[str, str], ...] = ()
+    if card.status == "approved" and card.approved_by:
+        deciders = tuple((who, card.decided_by_name if who == card.decided_by else "") for who in card.approved_by)
     if not deciders and card.decided_by and card.status in ("approved", "rejected", "cancelled"):
-        deciders = (card.decided_by,)
+        deciders = ((card.decided_by, card.decided_by_name),)
     if deciders:
-        line += " by " + ", ".join(mention(who) for who in deciders)
+        line += " by " + ", ".join(mention(who, name) for who, name in deciders)
     if card.decided_at is not None:
         line += f" at {format_time(card.decided_at)}"
     if card.decision_reason:
@@ -136,11 +151,30 @@ def outcome_line(card: CardView) -> str:
     return line
 
 
+def time_left(moment: dt.datetime, now: dt.datetime | None = None) -> str:
+    """The time left until `moment` as the card is drawn ("about 25 min left"); cards are redrawn
+    with a warning before the deadline (`warn_before_seconds`), which brings this up to date."""
+    now = now or dt.datetime.now(dt.UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    seconds = int((moment - now).total_seconds())
+    if seconds <= 0:
+        return "the deadline has passed"
+    if seconds < 120:
+        return f"{seconds} s left"
+    if seconds < 7200:
+        return f"about {seconds // 60} min left"
+    return f"about {seconds // 3600} h {seconds % 3600 // 60} min left"
+
+
 def _status_lines(card: CardView) -> list[str]:
     lines = []
-    if card.is_pending:
+    if card.edited and card.approved_args is not None:
+        lines.append("**Approved arguments** (edited by the approver):")
+        lines.extend(_argument_lines(card.approved_args))
+    if card.is_pending or card.pending_items:
         if card.expires_at is not None:
-            lines.append(f"**Expires:** {format_time(card.expires_at)}")
+            lines.append(f"**Expires:** {format_time(card.expires_at)} ({time_left(card.expires_at)})")
         if card.approvers:
             lines.append("**Approvers:** " + " ".join(mention(who) for who in card.approvers))
         if card.approvals_required > 1:
@@ -167,10 +201,67 @@ def _plain(text: str) -> dict[str, str]:
     return {"tag": "plain_text", "content": text}
 
 
-def _callback(decision: str, confirmation_id: str) -> list[dict[str, Any]]:
-    # Buttons carry the decision and a signed id, nothing else (CONVENTIONS: channel adapters).
-    value = {"decision": decision, "confirmation_id": sign_confirmation_id(confirmation_id)}
+def _callback(decision: str, confirmation_id: str, **more: Any) -> list[dict[str, Any]]:
+    # Buttons carry the decision and a signed id (and which scope, edit or turn), nothing else.
+    value = {"decision": decision, "confirmation_id": sign_confirmation_id(confirmation_id), **more}
     return [{"type": "callback", "value": value}]
+
+
+def _path_value(args: Any, path: str) -> Any:
+    value = args
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
+
+
+def scope_buttons(card: CardView) -> list[dict[str, Any]]:
+    """"Approve for this session …" / "Approve for 30 min …": the scopes the gate offers, stated on the buttons."""
+    return [
+        {
+            "tag": "button",
+            "name": f"{GRANT_BUTTON_PREFIX}{number}",
+            "type": "primary",
+            "text": _plain(cut(f"Approve {label}", 60)),
+            "behaviors": _callback("approve", card.confirmation_id, grant=number),
+        }
+        for number, label in enumerate(card.grant_options)
+    ]
+
+
+def edit_form(card: CardView) -> dict[str, Any]:
+    """A form with one input per editable argument (its value as JSON) and "Approve with these values".
+
+    Feishu sends every input of the form in `action.form_value`, keyed by name; the button's
+    value names the path of each `arg_<n>`.
+    """
+    paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
+    inputs = []
+    for number, path in enumerate(paths):
+        current = json.dumps(_path_value(card.tool_args, path), ensure_ascii=False)
+        field: dict[str, Any] = {
+            "tag": "input",
+            "name": f"{EDIT_INPUT_PREFIX}{number}",
+            "label": _plain(cut(path, SHORT_LIMIT)),
+            "max_length": EDIT_VALUE_LIMIT,
+            "width": "fill",
+        }
+        if len(current) <= EDIT_VALUE_LIMIT:
+            field["default_value"] = current
+        inputs.append(field)
+    submit = {
+        "tag": "button",
+        "name": EDIT_BUTTON_NAME,
+        "type": "primary",
+        "text": _plain("Approve with these values"),
+        "form_action_type": "submit",
+        "behaviors": _callback("approve", card.confirmation_id, edit=paths),
+    }
+    return {"tag": "form", "name": EDIT_FORM_NAME, "elements": [*inputs, submit]}
 
 
 def action_elements(confirmation_id: str) -> list[dict[str, Any]]:
@@ -212,21 +303,85 @@ def action_elements(confirmation_id: str) -> list[dict[str, Any]]:
     return [approve, reject_form]
 
 
+def _item_line(number: int, item: Any) -> str:
+    args = "; ".join(line.removeprefix("- ") for line in _argument_lines(item.tool_args))
+    line = f"**{number}.** {_safe(item.tool_name, SHORT_LIMIT)} — {args}"
+    if not item.is_pending:
+        line += f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {_safe(item.status, SHORT_LIMIT)}"
+        if item.edited:
+            line += " (edited)"
+        if item.decided_by and item.status != "expired":
+            line += " by " + mention(item.decided_by, item.decided_by_name)
+    return line
+
+
+def turn_elements(card: CardView) -> list[dict[str, Any]]:
+    """A turn's card: each call listed, Approve <n> for each pending one, Approve all, and one reject
+    form (a reason, Reject <n> for each pending call, Reject all)."""
+    lines = [_item_line(n, item) for n, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1)]
+    if len(card.items) > MAX_TURN_ITEMS:
+        lines.append(f"… {len(card.items) - MAX_TURN_ITEMS} more on the approval page")
+    head = (
+        f"**Agent:** {_safe(card.agent, SHORT_LIMIT)}\n"
+        f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}\n"
+        f"**Calls of one turn:**"
+    )
+    # The deadline and who may decide while anything is pending; each call's outcome is on its own line.
+    status = _status_lines(dataclasses.replace(card, status="pending", approved_args=None)) if card.pending_items else []
+    markdown = "\n".join([head, *lines, *status, f"[Open the approval page]({card.url})"])
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": markdown}]
+    numbered = [(n, item) for n, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1) if item.is_pending]
+    if not numbered:
+        return elements
+    approves = [
+        {"tag": "button", "name": f"approve_{n}", "type": "default", "text": _plain(f"Approve {n}"),
+         "behaviors": _callback("approve", item.confirmation_id)}
+        for n, item in numbered
+    ]  # fmt: skip
+    rejects = [
+        {"tag": "button", "name": f"reject_{n}", "type": "danger", "text": _plain(f"Reject {n}"),
+         "form_action_type": "submit", "behaviors": _callback("reject", item.confirmation_id)}
+        for n, item in numbered
+    ]  # fmt: skip
+    if len(card.pending_items) > 1:
+        approves.append(
+            {"tag": "button", "name": "approve_all", "type": "primary", "text": _plain(f"Approve all {len(card.pending_items)}"),
+             "behaviors": _callback("approve", card.confirmation_id, turn=True)}
+        )  # fmt: skip
+        rejects.append(
+            {"tag": "button", "name": "reject_all", "type": "danger", "text": _plain(f"Reject all {len(card.pending_items)}"),
+             "form_action_type": "submit", "behaviors": _callback("reject", card.confirmation_id, turn=True)}
+        )  # fmt: skip
+    reason = {"tag": "input", "name": REASON_INPUT_NAME, "placeholder": _plain("Reason for rejecting"),
+              "max_length": REASON_MAX_LENGTH, "width": "fill"}  # fmt: skip
+    elements.extend(approves)
+    elements.append({"tag": "form", "name": REJECT_FORM_NAME, "elements": [reason, *rejects]})
+    return elements
+
+
 def render_card(card: CardView) -> dict[str, Any]:
     """The whole card JSON 2.0 for `card`: buttons while pending, an outcome line after."""
+    if card.items:
+        pending = len(card.pending_items)
+        title = f"Approval needed: {pending} of {len(card.items)} calls" if pending else "Calls of one turn"
+        return _card(title, cut(f"{card.agent} · one turn", SHORT_LIMIT), "orange" if pending else "grey", turn_elements(card))
     title = _TITLES.get(card.status, card.status.capitalize() or "Approval")
     subject = cut(f"{card.agent} · {card.tool_name}", SHORT_LIMIT)
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": card_markdown(card)}]
     if card.is_pending:
-        elements.extend(action_elements(card.confirmation_id))
+        approve, reject_form = action_elements(card.confirmation_id)
+        elements.extend([approve, *scope_buttons(card)])
+        if card.editable_paths:
+            elements.append(edit_form(card))
+        elements.append(reject_form)
+    return _card(title, subject, _TEMPLATES.get(card.status, "grey"), elements)
+
+
+def _card(title: str, subject: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "schema": "2.0",
         # update_multi: one shared card that every reader sees redrawn when it is patched.
-        "config": {"update_multi": True, "summary": {"content": cut(f"{title}: {card.tool_name}", SHORT_LIMIT)}},
-        "header": {
-            "title": _plain(title),
-            "subtitle": _plain(subject),
-            "template": _TEMPLATES.get(card.status, "grey"),
-        },
+        "config": {"update_multi": True, "summary": {"content": cut(f"{title}: {subject}", SHORT_LIMIT)}},
+        "header": {"title": _plain(title), "subtitle": _plain(subject), "template": template},
         "body": {"elements": elements},
     }

@@ -37,6 +37,7 @@ from channels_ext.base import (
     Decide,
     MessageRef,
     sign_confirmation_id,
+    split_actor,
     unsign_confirmation_id,
 )
 from channels_ext.connections.link import ChannelLink
@@ -123,6 +124,15 @@ class _RejectMetadata(_Payload):
     response_url: str = ""
     channel: str = ""
     ts: str = ""
+    whole_turn: bool = False  # Reject all on a turn's card
+
+
+class _EditMetadata(_Payload):
+    """What the edit modal carries from the click to the submission."""
+
+    confirmation: str = Field(min_length=1)  # the signed confirmation id, as on the button
+    paths: list[str] = Field(max_length=cards.MAX_EDIT_FIELDS)  # block edit_<n> holds the value of paths[n]
+    response_url: str = ""
 
 
 def _parse(model: type[_Payload], data: Any, what: str) -> Any:
@@ -239,7 +249,8 @@ class SlackAdapter(ChannelAdapter):
         Slack user ids to mention (any member may decide) the redraw is all.
         """
         self.update_card(dataclasses.replace(card, note=text), ref)
-        waiting = [u for u in card.approvers if u not in card.approved_by and cards.is_slack_user_id(u)]
+        answered = {split_actor(who)[1] for who in card.approved_by}  # slack:U… ids; approvers are listed as U…
+        waiting = [u for u in card.approvers if u not in answered and cards.is_slack_user_id(u)]
         if not waiting:
             return
         channel, ts = self._locate(ref)
@@ -305,6 +316,8 @@ class SlackAdapter(ChannelAdapter):
             return self._on_reject_submission(
                 _parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
             )
+        if kind == "view_submission" and _view_callback_id(payload) == cards.EDIT_MODAL_CALLBACK_ID:
+            return self._on_edit_submission(_parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key)
         # Recognised but not ours to act on (view_closed, other views…): a 200 stops Slack showing an error.
         return None
 
@@ -346,38 +359,55 @@ class SlackAdapter(ChannelAdapter):
 
     def _on_block_actions(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> dict[str, Any] | None:
         action = payload.actions[0]
-        if action.action_id not in (cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID):
+        action_id = action.action_id
+        grant = _grant_index(action_id)
+        known = (
+            cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID, cards.EDIT_BUTTON_ACTION_ID,
+            cards.APPROVE_ALL_ACTION_ID, cards.REJECT_ALL_ACTION_ID,
+        )  # fmt: skip
+        if action_id not in known and grant is None:
             return None
         if not action.value:
-            raise CallbackError(400, f"the {action.action_id} button carries no value")
+            raise CallbackError(400, f"the {action_id} button carries no value")
         confirmation_id = unsign_confirmation_id(action.value)
         user = payload.user
 
-        if action.action_id == cards.APPROVE_ACTION_ID:
-            outcome = decide(
-                Callback(
-                    confirmation_id=confirmation_id,
-                    decision="approve",
-                    actor=user.id,
-                    actor_name=user.display_name,
-                    dedupe_key=dedupe_key,
-                )
+        def click(decision: str, **more: Any) -> Callback:
+            return Callback(
+                confirmation_id=confirmation_id, decision=decision, actor=user.id, actor_name=user.display_name, **more
             )
-            # A redelivery of a click already handled (same dedupe_key) gets no second note.
-            if not outcome.applied and not (dedupe_key and outcome.code == "duplicate"):
+
+        if action_id in (cards.APPROVE_ACTION_ID, cards.APPROVE_ALL_ACTION_ID) or grant is not None:
+            whole_turn = action_id == cards.APPROVE_ALL_ACTION_ID
+            outcome = decide(click("approve", dedupe_key=dedupe_key, grant=grant, whole_turn=whole_turn))
+            # A redelivery of a click already handled (same dedupe_key) gets no second note; a turn's
+            # "all" always says what it did, since some calls may have been left as they were.
+            if whole_turn or (not outcome.applied and not (dedupe_key and outcome.code == "duplicate")):
                 self._tell_clicker(payload.response_url, cards.escape(outcome.message))
             return None
 
-        # Reject: check first that a rejection would count, so nobody types a reason for nothing.
-        outcome = decide(
-            Callback(
-                confirmation_id=confirmation_id,
-                decision="reject",
-                actor=user.id,
-                actor_name=user.display_name,
-                dry_run=True,
+        if action_id == cards.EDIT_BUTTON_ACTION_ID:
+            # Check first that an approval would count, so nobody edits for nothing.
+            outcome = decide(click("approve", dry_run=True))
+            if not outcome.applied or outcome.card is None:
+                self._tell_clicker(payload.response_url, cards.escape(outcome.message))
+                return None
+            if not payload.trigger_id:
+                raise CallbackError(400, "the edit click carries no trigger_id")
+            paths = list(outcome.card.editable_paths[: cards.MAX_EDIT_FIELDS])
+            if not paths:
+                self._tell_clicker(payload.response_url, "This request's gate does not allow editing its arguments.")
+                return None
+            metadata = _EditMetadata(
+                confirmation=sign_confirmation_id(confirmation_id), paths=paths, response_url=payload.response_url
             )
-        )
+            view = cards.edit_modal(outcome.card, private_metadata=metadata.model_dump_json())
+            self._open_modal(payload, view, outcome.card, "the edit form")
+            return None
+
+        # Reject: check first that a rejection would count, so nobody types a reason for nothing.
+        whole_turn = action_id == cards.REJECT_ALL_ACTION_ID
+        outcome = decide(click("reject", dry_run=True, whole_turn=whole_turn))
         if not outcome.applied:
             self._tell_clicker(payload.response_url, cards.escape(outcome.message))
             return None
@@ -388,16 +418,58 @@ class SlackAdapter(ChannelAdapter):
             response_url=payload.response_url,
             channel=payload.container.channel_id,
             ts=payload.container.message_ts,
+            whole_turn=whole_turn,
         )
-        view = cards.reject_modal(outcome.card, private_metadata=metadata.model_dump_json())
+        # `whole_turn` only when set: a single call's modal carries what it always did.
+        dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn"})
+        self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
+        return None
+
+    def _open_modal(self, payload: _BlockActions, view: dict[str, Any], card: CardView | None, what: str) -> None:
         try:
             self.interactive_client.views_open(trigger_id=payload.trigger_id, view=view)
         except (SlackClientError, OSError, HTTPException) as err:
             failure = _api_error("views.open", err).message if isinstance(err, SlackApiError) else type(err).__name__
             logger.warning("slack views.open failed: %s", failure)
-            where = f" or reject on the web page: <{outcome.card.url}|open it>" if outcome.card else ""
-            self._tell_clicker(payload.response_url, f"Could not open the rejection form; please try again{where}.")
-        return None
+            where = f" or decide on the web page: <{card.url}|open it>" if card else ""
+            self._tell_clicker(payload.response_url, f"Could not open {what}; please try again{where}.")
+
+    def _on_edit_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
+        try:
+            metadata_json = json.loads(payload.view.private_metadata)
+        except ValueError:
+            raise CallbackError(400, "the edit form's private_metadata is not JSON") from None
+        metadata: _EditMetadata = _parse(_EditMetadata, metadata_json, "edit form metadata")
+        confirmation_id = unsign_confirmation_id(metadata.confirmation)
+        edits: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for number, path in enumerate(metadata.paths):
+            block_id = f"{cards.EDIT_BLOCK_PREFIX}{number}"
+            typed = payload.view.state.values.get(block_id, {}).get(cards.EDIT_ACTION_ID, {}).get("value")
+            if typed is None:
+                continue  # left empty by the approver: unchanged (an input cannot submit an empty JSON value)
+            if not isinstance(typed, str):
+                raise CallbackError(400, f"the edit form's {block_id} is not text")
+            try:
+                edits[path] = json.loads(typed)
+            except ValueError as exc:
+                errors[block_id] = f"Not valid JSON ({exc.msg}); text needs quotes: \"like this\"."
+        if errors:
+            return {"response_action": "errors", "errors": errors}
+        outcome = decide(
+            Callback(
+                confirmation_id=confirmation_id,
+                decision="approve",
+                actor=payload.user.id,
+                actor_name=payload.user.display_name,
+                edits=edits,
+                dedupe_key=dedupe_key,
+            )
+        )
+        if outcome.applied:
+            return {"response_action": "clear"}
+        first = f"{cards.EDIT_BLOCK_PREFIX}0"
+        return {"response_action": "errors", "errors": {first: outcome.message[:500]}}
 
     def _on_reject_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:
@@ -420,9 +492,12 @@ class SlackAdapter(ChannelAdapter):
                 actor_name=payload.user.display_name,
                 reason=reason.strip(),
                 dedupe_key=dedupe_key,
+                whole_turn=metadata.whole_turn,
             )
         )
         if outcome.applied:
+            if metadata.whole_turn:
+                self._tell_clicker(metadata.response_url, cards.escape(outcome.message))
             return {"response_action": "clear"}
         return _view_errors(outcome.message)
 
@@ -437,6 +512,12 @@ class SlackAdapter(ChannelAdapter):
         except Exception:
             # The click itself was handled; only the courtesy note is lost (broker down).
             logger.exception("could not queue the slack response_url note")
+
+
+def _grant_index(action_id: str) -> int | None:
+    """The scope an `approve_grant_<n>` button approves for; None for any other button."""
+    tail = action_id.removeprefix(cards.GRANT_ACTION_PREFIX)
+    return int(tail) if tail != action_id and tail.isdigit() and len(tail) <= 2 else None
 
 
 def _view_callback_id(payload: dict[str, Any]) -> str | None:

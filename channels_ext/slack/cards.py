@@ -13,16 +13,29 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, sign_confirmation_id
+from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
 REJECT_ACTION_ID = "reject"
+EDIT_BUTTON_ACTION_ID = "edit"  # opens the edit modal
+GRANT_ACTION_PREFIX = "approve_grant_"  # + the index of the offered scope
+APPROVE_ALL_ACTION_ID = "approve_all"  # every pending call of a turn's card
+REJECT_ALL_ACTION_ID = "reject_all"
+TURN_ACTIONS_BLOCK_ID = "turn_actions"
+ITEM_BLOCK_PREFIX = "item_"  # + the call's position: its own Approve / Reject on a turn's card
 
 REJECT_MODAL_CALLBACK_ID = "reject_reason"
 REASON_BLOCK_ID = "reason"
 REASON_ACTION_ID = "reason_input"
 REASON_MAX_LENGTH = 1000
+
+EDIT_MODAL_CALLBACK_ID = "edit_arguments"
+EDIT_BLOCK_PREFIX = "edit_"  # + the path's position in the request's editable paths
+EDIT_ACTION_ID = "value"
+EDIT_VALUE_LIMIT = 3000  # plain_text_input's max_length
+MAX_EDIT_FIELDS = 20
+MAX_TURN_ITEMS = 15  # 50 blocks per message: two per call, and the rest of the card
 
 # Slack's limits: section text 3000, section field 2000, header 150, fallback text 40000.
 SECTION_TEXT_LIMIT = 3000
@@ -64,11 +77,13 @@ def is_slack_user_id(user: str) -> bool:
     return _SLACK_USER_ID.fullmatch(user) is not None
 
 
-def user_label(user: str) -> str:
-    """A mention for a Slack user id; any other id (web user, system) as plain text."""
-    if is_slack_user_id(user):
-        return f"<@{user}>"
-    return escape(cut(user, SHORT_LIMIT))
+def user_label(user: str, name: str = "") -> str:
+    """A mention for a Slack user (a channel-qualified `slack:U…`, or a bare `U…` as gates list
+    approvers); anyone else (a web user, the gateway) as plain text: "olga (web:olga)"."""
+    kind, native = split_actor(user)
+    if kind in ("slack", "") and is_slack_user_id(native):
+        return f"<@{native}>"
+    return escape(cut(actor_label(user, name), SHORT_LIMIT))
 
 
 def slack_date(moment: dt.datetime) -> str:
@@ -78,6 +93,14 @@ def slack_date(moment: dt.datetime) -> str:
     utc = moment.astimezone(dt.UTC)
     fallback = utc.strftime("%Y-%m-%d %H:%M UTC")
     return f"<!date^{int(utc.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def slack_relative(moment: dt.datetime) -> str:
+    """The time until (or since) `moment` as each reader's client says it: "in 12 minutes"."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    utc = moment.astimezone(dt.UTC)
+    return f"<!date^{int(utc.timestamp())}^{{ago}}|{utc.strftime('%Y-%m-%d %H:%M UTC')}>"
 
 
 def _format_value(value: Any) -> str:
@@ -133,8 +156,10 @@ def outcome_line(card: CardView) -> str:
     """One line saying how a decided request ended, e.g. "✅ Approved by <@U1> at …"."""
     icon = _OUTCOME_ICONS.get(card.status, "•")
     line = f"{icon} {escape(card.status.capitalize())}"
+    if card.edited:
+        line += " (edited)"
     if card.decided_by and card.status != "expired":
-        line += f" by {user_label(card.decided_by)}"
+        line += f" by {user_label(card.decided_by, card.decided_by_name)}"
     if card.decided_at is not None:
         line += f" at {slack_date(card.decided_at)}"
     if card.decision_reason:
@@ -145,6 +170,10 @@ def outcome_line(card: CardView) -> str:
 def fallback_text(card: CardView) -> str:
     """The plain `text` shown in notifications and by clients that cannot draw blocks."""
     subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {escape(cut(card.tool_name, SHORT_LIMIT))}"
+    if card.items:
+        pending = len(card.pending_items)
+        subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {len(card.items)} calls of one turn"
+        return cut(f"Approval needed ({pending} pending): {subject}" if pending else f"Decided: {subject}", FALLBACK_TEXT_LIMIT)
     if card.is_pending:
         return cut(f"Approval needed: {subject}", FALLBACK_TEXT_LIMIT)
     return cut(f"{outcome_line(card)}: {subject}", FALLBACK_TEXT_LIMIT)
@@ -156,7 +185,10 @@ def _details_lines(card: CardView) -> list[str]:
     if card.hook:
         why += f" _(hook `{escape(cut(card.hook, SHORT_LIMIT))}`)_"
     lines.append(why)
-    if card.expires_at is not None:
+    if card.expires_at is not None and (card.is_pending or card.pending_items):
+        # The time left: `{ago}` is drawn by each reader's client, so it stays true ("in 12 minutes").
+        lines.append(f"*Expires:* {slack_date(card.expires_at)} ({slack_relative(card.expires_at)})")
+    elif card.expires_at is not None:
         lines.append(f"*Expires:* {slack_date(card.expires_at)}")
     if card.approvals_required > 1:
         progress = f"*Approvals:* {len(card.approved_by)} of {card.approvals_required} approvals"
@@ -170,8 +202,16 @@ def _details_lines(card: CardView) -> list[str]:
     return lines
 
 
+def _approved_args_section(card: CardView) -> dict[str, Any]:
+    text, _ = format_args(card.approved_args or {}, limit=SECTION_TEXT_LIMIT - 200)
+    text = text.replace("```", "`\u200b`\u200b`")
+    return _mrkdwn_section(f"*Approved arguments* _(edited by the approver)_\n```{text}```")
+
+
 def card_blocks(card: CardView) -> list[dict[str, Any]]:
     """The message blocks for `card`: buttons while pending, an outcome line after."""
+    if card.items:
+        return turn_blocks(card)
     title = "Approval needed" if card.is_pending else "Approval request"
     blocks: list[dict[str, Any]] = [{"type": "header", "text": _plain(cut(title, HEADER_TEXT_LIMIT))}]
     if not card.is_pending:
@@ -190,6 +230,8 @@ def card_blocks(card: CardView) -> list[dict[str, Any]]:
         fields.append(f"*Session*\n{escape(cut(card.session_id, SHORT_LIMIT))}")
     blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": cut(f, FIELD_TEXT_LIMIT)} for f in fields]})
     blocks.append(_args_section(card))
+    if card.edited:
+        blocks.append(_approved_args_section(card))
     blocks.append(_mrkdwn_section("\n".join(_details_lines(card))))
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{card.url}|Open in browser>"}]})
     if card.is_pending:
@@ -197,10 +239,82 @@ def card_blocks(card: CardView) -> list[dict[str, Any]]:
     return blocks
 
 
+def _item_line(number: int, item: Any) -> str:
+    args, _ = format_args(item.tool_args, limit=600)
+    line = f"*{number}.* `{escape(cut(item.tool_name, SHORT_LIMIT))}` {' · '.join(args.splitlines())}"
+    if not item.is_pending:
+        icon = _OUTCOME_ICONS.get(item.status, "•")
+        line += f"\n{icon} {escape(item.status.capitalize())}{' (edited)' if item.edited else ''}"
+        if item.decided_by and item.status != "expired":
+            line += f" by {user_label(item.decided_by, item.decided_by_name)}"
+        if item.decision_reason:
+            line += f" — {escape(cut(item.decision_reason, 300))}"
+    return cut(line, SECTION_TEXT_LIMIT)
+
+
+def turn_blocks(card: CardView) -> list[dict[str, Any]]:
+    """A turn's card: the calls one agent turn made, each with its own Approve / Reject while
+    pending, and Approve all / Reject all for those still pending."""
+    pending = card.pending_items
+    title = f"Approval needed: {len(pending)} of {len(card.items)} calls of one turn" if pending else "Calls of one turn"
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": _plain(cut(title, HEADER_TEXT_LIMIT))}]
+    if card.escalated:
+        blocks.append(_mrkdwn_section("⏫ *Escalated:* more approvers have been asked to decide."))
+    if card.note:
+        blocks.append(_mrkdwn_section(f"🔔 {escape(card.note)}"))
+    fields = [f"*Agent*\n{escape(cut(card.agent, SHORT_LIMIT))}", f"*End user*\n{escape(cut(card.user_id, SHORT_LIMIT)) or '—'}"]
+    if card.session_id:
+        fields.append(f"*Session*\n{escape(cut(card.session_id, SHORT_LIMIT))}")
+    blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": cut(f, FIELD_TEXT_LIMIT)} for f in fields]})
+    for number, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1):
+        blocks.append(_mrkdwn_section(_item_line(number, item)))
+        if item.is_pending:
+            value = sign_confirmation_id(item.confirmation_id)
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": f"{ITEM_BLOCK_PREFIX}{number}",
+                    "elements": [
+                        {"type": "button", "action_id": APPROVE_ACTION_ID, "text": _plain(f"Approve {number}"), "value": value},
+                        {"type": "button", "action_id": REJECT_ACTION_ID, "text": _plain(f"Reject {number}"), "value": value},
+                    ],
+                }
+            )
+    if len(card.items) > MAX_TURN_ITEMS:
+        blocks.append(_mrkdwn_section(f"_… {len(card.items) - MAX_TURN_ITEMS} more calls: <{card.url}|see them all>_"))
+    blocks.append(_mrkdwn_section("\n".join(_details_lines(card))))
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{card.url}|Open in browser>"}]})
+    if len(pending) > 1:
+        value = sign_confirmation_id(card.confirmation_id)
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": TURN_ACTIONS_BLOCK_ID,
+                "elements": [
+                    {"type": "button", "action_id": APPROVE_ALL_ACTION_ID, "style": "primary",
+                     "text": _plain(f"Approve all {len(pending)}"), "value": value},
+                    {"type": "button", "action_id": REJECT_ALL_ACTION_ID, "style": "danger",
+                     "text": _plain(f"Reject all {len(pending)}"), "value": value},
+                ],
+            }
+        )  # fmt: skip
+    return blocks
+
+
 def actions_block(card: CardView) -> dict[str, Any]:
     """Approve and Reject buttons; each carries the signed confirmation id and nothing else."""
     value = sign_confirmation_id(card.confirmation_id)
     tool = escape(cut(card.tool_name, 100))
+    scopes = [
+        # The scope is stated on the button (Slack's limit for a button's text is 75 characters).
+        {"type": "button", "action_id": f"{GRANT_ACTION_PREFIX}{n}", "text": _plain(cut(f"Approve {label}", 75)), "value": value}
+        for n, label in enumerate(card.grant_options)
+    ]
+    edit = (
+        [{"type": "button", "action_id": EDIT_BUTTON_ACTION_ID, "text": _plain("Edit, then approve…"), "value": value}]
+        if card.editable_paths
+        else []
+    )
     return {
         "type": "actions",
         "block_id": ACTIONS_BLOCK_ID,
@@ -212,6 +326,8 @@ def actions_block(card: CardView) -> dict[str, Any]:
                 "text": _plain("Approve"),
                 "value": value,
             },
+            *scopes,
+            *edit,
             {
                 "type": "button",
                 "action_id": REJECT_ACTION_ID,
@@ -228,6 +344,50 @@ def actions_block(card: CardView) -> dict[str, Any]:
             },
         ],
     }
+
+
+def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
+    """The modal where an approver changes the editable arguments (JSON each) and approves
+    (submitted as `view_submission`; blocks `edit_<n>` follow `card.editable_paths`)."""
+    subject = f"*{escape(cut(card.agent, SHORT_LIMIT))}* wants to run `{escape(cut(card.tool_name, SHORT_LIMIT))}`."
+    blocks: list[dict[str, Any]] = [
+        _mrkdwn_section(subject + "\nEach value is JSON (text needs quotes). Approve runs the call with these values."),
+    ]
+    for number, path in enumerate(card.editable_paths[:MAX_EDIT_FIELDS]):
+        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
+        element: dict[str, Any] = {
+            "type": "plain_text_input",
+            "action_id": EDIT_ACTION_ID,
+            "multiline": len(current) > 60,
+            "max_length": EDIT_VALUE_LIMIT,
+        }
+        if len(current) <= EDIT_VALUE_LIMIT:
+            element["initial_value"] = current
+        blocks.append(
+            {"type": "input", "block_id": f"{EDIT_BLOCK_PREFIX}{number}", "label": _plain(cut(path, 2000)), "element": element}
+        )
+    return {
+        "type": "modal",
+        "callback_id": EDIT_MODAL_CALLBACK_ID,
+        "title": _plain("Edit, then approve"),
+        "submit": _plain("Approve"),
+        "close": _plain("Cancel"),
+        "private_metadata": private_metadata,
+        "blocks": blocks,
+    }
+
+
+def path_value(args: Any, path: str) -> Any:
+    """The value at a dotted argument path (None if absent)."""
+    value = args
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
 
 
 def reject_modal(card: CardView | None, *, private_metadata: str) -> dict[str, Any]:

@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q
+from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import ConfirmationRequest
+from approvals.models import ConfirmationRequest, Grant
 
 FOLD_AFTER_CHARS = 160
 FOLD_AFTER_LINES = 4
@@ -92,3 +94,17 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
     elif user.has_perm("approvals.change_confirmationrequest"):
         return Viewer(can_decide=True, as_admin=True, channel_name=channel_name)
     return Viewer(can_decide=False, as_admin=False, channel_name=channel_name, why_read_only=refusal[1])
+
+
+def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Grant]:
+    """The live grants this user may see and revoke: those they granted here, and those of requests
+    they could have decided (an approver of that gate, or staff). Revoking only takes permission away."""
+    now = timezone.now()
+    grants = (
+        Grant.objects.select_related("agent", "confirmation__agent", "confirmation__channel", "confirmation__escalate_channel")
+        .filter(revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .order_by("-created_at")[:200]
+    )
+    mine = f"web:{user.get_username()}"
+    return [g for g in grants if g.granted_by == mine or viewer_for(user, g.confirmation).can_decide]

@@ -8,6 +8,8 @@ urlpatterns = [
     path("login/", views.SignInView.as_view(), name="approval-login"),
     path("logout/", views.SignOutView.as_view(), name="approval-logout"),
     path("approvals/", views.inbox, name="approval-inbox"),
+    path("approvals/decide", views.inbox_decide, name="approval-inbox-decide"),
+    path("approvals/grants/<uuid:grant_id>/revoke", views.grant_revoke, name="approval-grant-revoke"),
     path("approvals/<uuid:confirmation_id>/", views.approval_page, name="approval-page"),
     path("approvals/<uuid:confirmation_id>/state", views.approval_state, name="approval-state"),
     # The admin's CSS and JS (a deployment behind nginx or a CDN may serve STATIC_ROOT instead).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -10,13 +11,14 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import views as staticfiles_views
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals import selectors, services
-from approvals.models import ConfirmationRequest, Status
+from approvals.arguments import get_path
+from approvals.models import ConfirmationRequest, Grant, Status
 from channels_ext.base import Callback
-from channels_ext.web.display import argument_rows, viewer_for
-from channels_ext.web.forms import DecisionForm
+from channels_ext.web.display import argument_rows, live_grants_for, viewer_for
+from channels_ext.web.forms import BatchForm, DecisionForm
 
 # Approvers need not be staff, so they sign in here rather than on the admin's staff-only login.
 LOGIN_URL = "approval-login"
@@ -45,6 +47,10 @@ def _get(confirmation_id) -> ConfirmationRequest:
 @login_required(login_url=LOGIN_URL)
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
+    return _inbox(request)
+
+
+def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
     pending = (
         ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
         .filter(status=Status.PENDING)
@@ -53,12 +59,85 @@ def inbox(request: HttpRequest) -> HttpResponse:
     mine, others = [], []
     for confirmation in pending:
         (mine if viewer_for(request.user, confirmation).can_decide else others).append(confirmation)
+    username = request.user.get_username()
     decided = (
         ConfirmationRequest.objects.select_related("agent")
-        .filter(decided_by=request.user.get_username())
+        .filter(decided_by__in=[f"web:{username}", f"admin:{username}"])
         .order_by("-decided_at")[:20]
     )
-    return render(request, "approvals/inbox.html", {"rows": mine, "others": others, "decided": decided})
+    context = {"rows": mine, "others": others, "decided": decided, "grants": live_grants_for(request.user)}
+    return render(request, "approvals/inbox.html", context, status=status)
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def inbox_decide(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the selected requests: each on its own, through the exactly-once service,
+    with the approver checks of that request (a request the user may not decide is refused and
+    recorded, like a click)."""
+    form = BatchForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return _inbox(request, status=400)  # nothing was decided
+    data = form.cleaned_data
+    requests = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").in_bulk(data["ids"])
+    done: list[str] = []
+    left: list[str] = []
+    for pk in data["ids"]:
+        confirmation = requests.get(uuid.UUID(pk))
+        if confirmation is None:
+            left.append(f"{pk[:8]}: no such request")
+            continue
+        viewer = viewer_for(request.user, confirmation)
+        outcome = services.confirmation_respond(
+            channel_name=viewer.channel_name,
+            callback=Callback(
+                confirmation_id=pk,
+                decision=data["decision"],
+                actor=request.user.get_username(),
+                reason=data["reason"],
+            ),
+            as_admin=viewer.as_admin,
+            actor_kind="web",
+        )
+        (done if outcome.applied else left).append(
+            f"{confirmation.tool_name} ({pk[:8]})" if outcome.applied else f"{confirmation.tool_name} ({pk[:8]}): {outcome.message}"
+        )
+    verb = "Approved" if data["decision"] == "approve" else "Rejected"
+    if done:
+        messages.success(request, f"{verb} {len(done)} request(s): {', '.join(done)}.")
+    if left:
+        messages.warning(request, f"Left unchanged ({len(left)}): " + "; ".join(left))
+    return redirect("approval-inbox")
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
+    """Revoke a grant the user may see (one they could have granted); it stops at once."""
+    grant = next((g for g in live_grants_for(request.user) if g.pk == grant_id), None)
+    if grant is None:
+        if Grant.objects.filter(pk=grant_id, revoked_at__isnull=False).exists():
+            messages.warning(request, "That grant was already revoked.")
+            return redirect(request.POST.get("next") or "approval-inbox")
+        raise Http404("no live grant of yours with that id")
+    if services.grant_revoke(grant_id=grant.pk, actor=f"web:{request.user.get_username()}"):
+        messages.success(request, f"Revoked: {grant.tool_name} {grant.scope_label}. The next such call asks again.")
+    else:
+        messages.warning(request, "That grant was already revoked.")
+    return redirect(request.POST.get("next") or "approval-inbox")
+
+
+def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[dict[str, str]]:
+    """One field per editable argument: its path and its value as JSON (as typed, after an error)."""
+    fields = []
+    for number, path in enumerate(confirmation.editable_paths or []):
+        typed = form.posted_text(path)
+        value = get_path(confirmation.tool_args, path)
+        text = typed if typed is not None else json.dumps(value, indent=2, ensure_ascii=False)
+        fields.append({"id": f"edit-{number}", "path": path, "text": text})
+    return fields
 
 
 @login_required(login_url=LOGIN_URL)
@@ -70,34 +149,53 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
     if request.method == "POST":
         form = DecisionForm(request.POST)
         if form.is_valid():
+            data = form.cleaned_data
             # Every click goes through the exactly-once service, which also refuses (and records)
-            # a non-approver's forged POST and tells a second click who decided first.
+            # a non-approver's forged POST, an edit the gate does not allow, and tells a second
+            # click who decided first.
             outcome = services.confirmation_respond(
                 channel_name=viewer.channel_name,
                 callback=Callback(
                     confirmation_id=str(confirmation.pk),
-                    decision=form.cleaned_data["decision"],
+                    decision=data["decision"],
                     actor=request.user.get_username(),
-                    reason=form.cleaned_data["reason"],
+                    reason=data["reason"],
+                    edits=data["edits"] or None,
+                    grant=data["grant"],
+                    whole_turn=data["whole_turn"],
                 ),
                 as_admin=viewer.as_admin,
+                actor_kind="web",  # recorded as web:<username>
             )
             if outcome.applied:
                 messages.success(request, outcome.message)
             else:
                 messages.warning(request, outcome.message)
             return redirect("approval-page", confirmation_id=confirmation.pk)
-    card = selectors.card_view(confirmation, channel_name=confirmation.channel.name)
+    owner = selectors.card_owner(confirmation)
+    card = selectors.card_view(owner, channel_name=owner.channel.name)
+    tool_call = getattr(confirmation, "tool_call", None)
+    pending = confirmation.status == Status.PENDING
+    turn = list(card.items)
     return render(
         request,
         "approvals/page.html",
         {
             "c": confirmation,
-            "card": card,
+            "card": selectors.card_view(confirmation, channel_name=confirmation.channel.name),
             "viewer": viewer,
             "form": form,
-            "can_decide": viewer.can_decide and confirmation.status == Status.PENDING,
+            "can_decide": viewer.can_decide and pending,
+            "decider": selectors.decider(confirmation),
             "arguments": argument_rows(confirmation.tool_args),
+            "approved_arguments": argument_rows(confirmation.approved_args) if confirmation.edited else None,
+            "changed_arguments": {path.split(".")[0] for path in confirmation.arg_edits or {}},
+            "ran_arguments": argument_rows(tool_call.ran_args) if tool_call and tool_call.ran_args is not None else None,
+            "edit_fields": _edit_fields(confirmation, form) if viewer.can_decide and pending else [],
+            "grant_options": card.grant_options if viewer.can_decide and pending else (),
+            "grants": Grant.objects.filter(confirmation=confirmation).order_by("created_at"),
+            "turn": turn,
+            "turn_pending": sum(1 for item in turn if item.is_pending),
             "metadata_text": json.dumps(confirmation.metadata, indent=2, ensure_ascii=False) if confirmation.metadata else "",
             "responses": confirmation.responses.all(),
             "events": confirmation.events.all(),

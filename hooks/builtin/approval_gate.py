@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from hooks.base import AskSpec, Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
@@ -15,6 +16,31 @@ class EscalateTo(Strict):
 
     channel: str = Field(min_length=1)
     approvers: list[str] = []
+
+
+# An argument path: keys joined by dots, e.g. `amount` or `shipping.address.city`.
+ARG_PATH = r"^[^.\s][^.]*(\.[^.\s][^.]*)*$"
+MAX_GRANT_MINUTES = 7 * 24 * 60
+
+
+class GrantOffer(Strict):
+    """A scope an approver may approve for, besides Approve once (docs/approving.md)."""
+
+    scope: Literal["session", "minutes"] = Field(
+        description="session: the rest of the agent's session; minutes: that many minutes from the approval."
+    )
+    minutes: int | None = Field(default=None, ge=1, le=MAX_GRANT_MINUTES, description="Required with scope: minutes.")
+    args: Literal["same", "any"] = Field(
+        default="same", description="same: only calls with the same arguments; any: any arguments of the same tool."
+    )
+
+    @model_validator(mode="after")
+    def _minutes_with_scope(self) -> GrantOffer:
+        if self.scope == "minutes" and self.minutes is None:
+            raise ValueError("scope: minutes needs minutes")
+        if self.scope == "session" and self.minutes is not None:
+            raise ValueError("minutes is only for scope: minutes")
+        return self
 
 
 class ApprovalGateConfig(HookConfigBase):
@@ -32,6 +58,21 @@ class ApprovalGateConfig(HookConfigBase):
     escalate_to: EscalateTo | None = Field(default=None, validate_default=True)
     allow_self_approval: bool = Field(
         default=False, description="false: an approver whose id equals the call's user_id cannot approve it."
+    )
+    allow_edit: bool | list[Annotated[str, Field(pattern=ARG_PATH, max_length=200, min_length=1)]] = Field(
+        default=False,
+        description=(
+            "Whether an approver may change the arguments and approve: true (any top-level argument) or a "
+            "list of editable argument paths (`amount`, `shipping.city`). Masked (redacted) values are never editable."
+        ),
+    )
+    grants: list[GrantOffer] = Field(
+        default=[],
+        max_length=4,
+        description="Scopes an approver may approve for besides once: [{scope: session|minutes, minutes, args: same|any}].",
+    )
+    warn_before_seconds: PositiveInt | None = Field(
+        default=None, description="Re-ping the approvers this many seconds before the deadline."
     )
 
     @field_validator("approvals_required")
@@ -52,6 +93,42 @@ class ApprovalGateConfig(HookConfigBase):
             raise ValueError("is required when escalate_after_seconds is set")
         if not escalates and value is not None:
             raise ValueError("needs escalate_after_seconds")
+        return value
+
+    @field_validator("allow_edit", mode="before")
+    @classmethod
+    def _true_false_or_paths(cls, value: Any) -> Any:
+        # One clear message instead of one per member of the union.
+        if isinstance(value, bool):
+            return value
+        if not isinstance(value, list):
+            raise ValueError("must be true, false or a list of argument paths")
+        for number, path in enumerate(value):
+            if not isinstance(path, str) or not re.fullmatch(ARG_PATH, path) or len(path) > 200:
+                raise ValueError(f"item {number}: {path!r} is not an argument path (keys joined by dots: `shipping.city`)")
+        return value
+
+    @field_validator("allow_edit", "grants")
+    @classmethod
+    def _one_approver_decides(cls, value, info: ValidationInfo):
+        # With a quorum every approver would have to approve the same edit or scope.
+        required = info.data.get("approvals_required", 1)
+        if value and required != 1:
+            raise ValueError(f"needs approvals_required: 1 (it is {required})")
+        if isinstance(value, list) and info.field_name == "allow_edit" and len(set(value)) != len(value):
+            raise ValueError("lists a path twice")
+        return value
+
+    @field_validator("warn_before_seconds")
+    @classmethod
+    def _before_the_deadline(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None or "timeout_seconds" not in info.data:
+            return value
+        timeout = info.data["timeout_seconds"]
+        if timeout is None:
+            raise ValueError("needs timeout_seconds (a request that never expires has no deadline to warn of)")
+        if value >= timeout:
+            raise ValueError(f"must be less than timeout_seconds ({timeout})")
         return value
 
     def references(self) -> list[Reference]:
@@ -78,6 +155,12 @@ class ApprovalGate(Hook):
       and its approvers, the first card is marked escalated, and both may decide.
     - `allow_self_approval: false`: an approver whose id is the call's `user_id`
       cannot approve it.
+    - `allow_edit`: an approver may change the arguments (all top-level ones, or
+      the listed paths; never a masked value) and approve; the agent runs the edit.
+    - `grants`: besides Approve once, buttons that approve for the session or for
+      N minutes (same arguments or any); later calls in that scope are allowed
+      without asking, unless a deny rule says otherwise.
+    - `warn_before_seconds`: the approvers are pinged once that long before the deadline.
 
     `when` and `tools` decide where the gate applies — except for a gate named by
     a policy's `ask_via`, which runs only when that policy asks.
@@ -110,4 +193,7 @@ class ApprovalGate(Hook):
             escalate_channel=escalate.channel if escalate else None,
             escalate_approvers=tuple(escalate.approvers) if escalate else (),
             reason=reason,
+            allow_edit=c.allow_edit if isinstance(c.allow_edit, bool) else tuple(c.allow_edit),
+            grants=tuple(offer.model_dump() for offer in c.grants),
+            warn_before_seconds=c.warn_before_seconds,
         )

@@ -4,11 +4,13 @@ hooks with the config validator, keys shown once, and audit rows that cannot cha
 
 from __future__ import annotations
 
+import io
 import threading
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -24,7 +26,9 @@ from approvals.models import (
     Outbox,
     ToolCall,
 )
-from tests.conftest import apply_config, decide
+from approvals import services
+from channels_ext.base import Callback
+from tests.conftest import WEB_GATE_CONFIG, apply_config, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -120,14 +124,20 @@ def test_the_approve_action_decides_once_and_records_the_staff_user(agent, admin
     first = run_action(admin_client_as_olga, "approve_selected", [confirmation])
     second = run_action(admin_client_as_olga, "approve_selected", [confirmation])
 
-    assert "Approved 1 request as olga." in first.content.decode()
-    assert "Already approved by olga." in second.content.decode()
+    assert "Approved 1 request as admin:olga." in first.content.decode()
+    assert "Already approved by admin:olga." in second.content.decode()
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "olga")
+    # Channel-qualified, the name beside it: the admin and every answer say the same.
+    assert (confirmation.status, confirmation.decided_by, confirmation.decided_by_name) == (
+        "approved", "admin:olga", "olga"
+    )  # fmt: skip
     approved = ConfirmationEvent.objects.get(confirmation=confirmation, kind="approved")
-    assert (approved.actor, approved.channel) == ("olga", "admin")
-    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [("olga", "approve")]
-    assert agent.wait(str(confirmation.pk), timeout=5).json()["decided_by"] == "olga"
+    assert (approved.actor, approved.channel) == ("admin:olga", "admin")
+    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [("admin:olga", "approve")]
+    state = agent.wait(str(confirmation.pk), timeout=5).json()
+    assert (state["decided_by"], state["decided_by_name"]) == ("admin:olga", "olga")
+    listed = admin_client_as_olga.get(CHANGELIST).content.decode()
+    assert "admin:olga" in listed
 
 
 def test_two_operators_approving_at_once_decide_the_request_exactly_once(agent, olga):
@@ -158,7 +168,7 @@ def test_two_operators_approving_at_once_decide_the_request_exactly_once(agent, 
     assert ConfirmationEvent.objects.filter(confirmation=confirmation, kind="approved").count() == 1
     winner = ConfirmationEvent.objects.get(confirmation=confirmation, kind="approved").actor
     assert confirmation.decided_by == winner
-    assert winner in {"olga", "omar"}
+    assert winner in {"admin:olga", "admin:omar"}
 
 
 def test_the_reject_action_asks_for_a_reason_and_the_agent_receives_it(agent, admin_client_as_olga):
@@ -183,9 +193,9 @@ def test_the_reject_action_asks_for_a_reason_and_the_agent_receives_it(agent, ad
         follow=True,
     )  # fmt: skip
 
-    assert "Rejected 1 request as olga." in done.content.decode()
+    assert "Rejected 1 request as admin:olga." in done.content.decode()
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("rejected", "olga")
+    assert (confirmation.status, confirmation.decided_by) == ("rejected", "admin:olga")
     state = agent.wait(str(confirmation.pk), timeout=5).json()
     assert state["reason"] == "vendor not on the approved list"
 
@@ -203,15 +213,15 @@ def test_the_cancel_action_cancels_pending_requests_and_leaves_decided_ones(agen
     )  # fmt: skip
 
     html = response.content.decode()
-    assert "Cancelled 1 request(s) as olga." in html
+    assert "Cancelled 1 request(s) as admin:olga." in html
     assert "1 request(s) were already decided; left unchanged." in html
     waiting.refresh_from_db()
     approved.refresh_from_db()
     assert (waiting.status, waiting.decided_by, waiting.decision_reason) == (
-        "cancelled", "olga", "agent run aborted by ops"
+        "cancelled", "admin:olga", "agent run aborted by ops"
     )  # fmt: skip
-    assert (approved.status, approved.decided_by) == ("approved", "bob")
-    assert ConfirmationEvent.objects.get(confirmation=waiting, kind="cancelled").actor == "olga"
+    assert (approved.status, approved.decided_by) == ("approved", "web:bob")
+    assert ConfirmationEvent.objects.get(confirmation=waiting, kind="cancelled").actor == "admin:olga"
 
 
 def test_staff_without_the_change_permission_get_no_actions(agent, transactional_db):
@@ -251,7 +261,7 @@ def test_the_detail_page_is_read_only_with_the_timeline_and_the_tool_call(agent,
     forged = admin_client_as_olga.post(url, {"status": "pending", "decided_by": "mallory"})
     assert forged.status_code == 403
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "alice")
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:alice")
 
 
 # --------------------------------------------------------------------------- audit rows
@@ -449,3 +459,57 @@ channels:
         assert "xoxb-1234567890-abcdefghijkl" not in html and "8f2b1c9d7e6a5f4b" not in html
         assert "••••••ijkl" in html  # enough to tell tokens apart
         assert "C0123456789" in html
+
+
+# --------------------------------------------------------------------------- grants and edits
+
+
+def test_grants_are_listed_and_revoked_in_the_admin_and_stop_at_once(agent, admin_client_as_olga):
+    apply_config(
+        WEB_GATE_CONFIG.replace(
+            "timeout_seconds: 1800", "timeout_seconds: 1800\n        grants: [{scope: minutes, minutes: 15, args: any}]"
+        )
+    )
+    confirmation = ask(agent)
+    assert services.confirmation_respond(
+        channel_name="web", callback=Callback(confirmation_id=str(confirmation.pk), decision="approve", actor="bob", grant=0)
+    ).applied
+    allowed = agent.pre_tool_use("oa__purchase_pay", {"amount": 7}).json()
+    assert allowed["decision"] == "allow"
+
+    listed = admin_client_as_olga.get("/admin/approvals/grant/").content.decode()
+    assert "for 15 min (any arguments)" in listed and "web:bob" in listed and "live" in listed
+    call = ToolCall.objects.get(grant__isnull=False)
+    assert "for 15 min (any arguments)" in admin_client_as_olga.get(f"/admin/approvals/toolcall/{call.pk}/change/").content.decode()
+    done = admin_client_as_olga.post(
+        "/admin/approvals/grant/",
+        {"action": "revoke_selected", "_selected_action": [str(call.grant_id)], "index": "0"},
+        follow=True,
+    )
+
+    assert "Revoked 1 grant(s) as admin:olga." in done.content.decode()
+    assert agent.pre_tool_use("oa__purchase_pay", {"amount": 7}).json()["decision"] == "pending"
+    assert "revoked by admin:olga" in admin_client_as_olga.get("/admin/approvals/grant/").content.decode()
+
+
+def test_an_edited_approval_shows_what_was_proposed_approved_and_ran(agent, admin_client_as_olga):
+    apply_config(WEB_GATE_CONFIG.replace("timeout_seconds: 1800", "timeout_seconds: 1800\n        allow_edit: true"))
+    confirmation = ask(agent, args={"amount": 80000}, tool_call_id="call-7")
+    decide_edited = Callback(confirmation_id=str(confirmation.pk), decision="approve", actor="alice", edits={"amount": 800})
+    assert services.confirmation_respond(channel_name="web", callback=decide_edited).message == "Approved with your edits."
+    agent.http.post(
+        "/api/v1/hooks/post-tool-use",
+        json={"session_id": "s-1", "tool_call_id": "call-7", "tool_args": {"amount": 800}, "result": "paid"},
+    )
+
+    html = admin_client_as_olga.get(f"{CHANGELIST}{confirmation.pk}/change/").content.decode()
+
+    labels = [html.index(label) for label in ("Proposed by the agent", "<strong>edited</strong> (amount)", "Ran (post-tool-use)")]
+    assert labels == sorted(labels)  # proposed, approved, ran: in that order
+    assert "&quot;amount&quot;: 80000" in html and "&quot;amount&quot;: 800\n" in html
+    assert "web:alice" in html
+    out = io.StringIO()
+    call_command("describe_toolcall", "call-7", stdout=out)  # the audit's text form says the same
+    text = out.getvalue()
+    assert "decided        web:alice (alice)" in text and "approved       EDITED (amount)" in text
+    assert text.index("Arguments proposed") < text.index("EDITED") < text.index("Ran with (post-tool-use")

@@ -74,7 +74,7 @@ def test_an_approval_wakes_the_long_polling_agent(agent):
     approver.result()
 
     assert body["status"] == "approved"
-    assert body["decided_by"] == "alice"
+    assert (body["decided_by"], body["decided_by_name"]) == ("web:alice", "alice")
     assert time.monotonic() - started < 5  # woken by the decision, not by the 20 s timeout
 
 
@@ -95,7 +95,7 @@ def test_wait_seconds_holds_the_call_and_answers_with_the_decision(agent):
     approver.result()
 
     assert body["decision"] == "deny"
-    assert body["reason"] == "rejected by alice: too much"
+    assert body["reason"] == "rejected by web:alice: too much"
     assert body["tool_args"] == {"amount": 80000}
     assert body["confirmation_id"] == str(ConfirmationRequest.objects.get().pk)
 
@@ -109,7 +109,7 @@ def test_a_rejection_reaches_the_agent_with_its_reason(agent):
 
     assert body["status"] == "rejected"
     assert body["reason"] == "not this quarter"
-    assert body["decided_by"] == "bob"
+    assert body["decided_by"] == "web:bob"
 
 
 def test_the_waiter_expires_the_request_at_its_deadline_and_on_timeout_deny_denies(live_gateway, transactional_db):

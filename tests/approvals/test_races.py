@@ -7,7 +7,7 @@ import random
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services
@@ -15,6 +15,7 @@ from approvals.errors import AlreadyDecided
 from approvals.models import Agent, ConfirmationEvent, ConfirmationRequest, Outbox
 from channels_ext.base import Callback
 from tests.conftest import apply_config
+from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,3 +131,58 @@ agents:
         assert len(approvers) == 2  # the quorum, and nothing after the decision
         assert len(set(approvers)) == 2  # the double click of "a" counted once at most
 
+
+
+def test_a_card_delivery_holding_its_request_never_deadlocks_with_a_writer_holding_the_audit_head(transactional_db):
+    """A card delivery locks its request, then waits for the agent's audit head; a transaction that
+    holds the head (it wrote an event) and then writes a row about that request — deciding a call of a
+    turn writes an outbox row for the turn's card on the lead request — must not wait for the delivery."""
+    apply_config(CONFIG)
+    agent = Agent.objects.get(name="racer")
+    lead, other = new_request(agent), new_request(agent)
+    card = Outbox.objects.get(confirmation_id=lead, kind="card")
+    head_held, done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                services.event_record(other, "reminded", actor="test")  # the head is ours until commit
+                head_held.set()
+                wait_until(delivery_waits_for_a_lock, what="the delivery to wait for the head")
+                services.outbox_add(lead, "update", dedupe_key=f"{lead}:update:joined")  # refers to the lead
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+            done.set()
+
+    def deliver() -> None:
+        try:
+            head_held.wait()
+            services.outbox_deliver(outbox_id=card.pk)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=deliver)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert not errors, errors  # PostgreSQL reports a deadlock as an error in one of them
+    assert Outbox.objects.get(pk=card.pk).status == "sent"
+    assert Outbox.objects.filter(dedupe_key=f"{lead}:update:joined").exists()
+    assert ConfirmationEvent.objects.filter(confirmation_id=lead, kind="card_posted").count() == 1
+
+
+def delivery_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # inside a transaction the view is a snapshot
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            " AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] > 0

@@ -100,9 +100,10 @@ def test_the_decision_arrives_signed_and_verifiable(agent, receiver, celery_work
 
     payload = Webhook(agent.agent.webhook_secret).verify(body, headers)
     assert payload["type"] == "confirmation.decided"
-    assert (payload["decision"], payload["reason"]) == ("allow", "approved by alice")
+    assert (payload["decision"], payload["reason"]) == ("allow", "approved by web:alice")
     assert payload["confirmation"]["id"] == confirmation_id
-    assert (payload["confirmation"]["status"], payload["confirmation"]["decided_by"]) == ("approved", "alice")
+    assert (payload["confirmation"]["status"], payload["confirmation"]["decided_by"]) == ("approved", "web:alice")
+    assert payload["confirmation"]["decided_by_name"] == "alice"
     assert (payload["tool_call_id"], payload["session_id"]) == ("call_7", "s-1")
     assert headers["webhook-id"] == "msg_" + confirmation_id.replace("-", "")
     assert headers["content-type"] == "application/json"

@@ -89,8 +89,8 @@ def test_the_websocket_sends_the_pending_state_then_the_decision_and_closes(agen
 
     assert (first["id"], first["status"], first["decided_by"]) == (confirmation_id, "pending", None)
     assert first["tool_args"] == {"amount": 80000}
-    assert (second["status"], second["decided_by"]) == ("approved", "alice")
-    assert second["approved_by"] == ["alice"]
+    assert (second["status"], second["decided_by"]) == ("approved", "web:alice")
+    assert second["approved_by"] == ["web:alice"]
     assert pushed_after < 2  # pushed by the NOTIFY, not found by the 5 s re-check
     assert code == 1000
 
@@ -104,7 +104,7 @@ def test_a_rejection_reaches_the_socket_with_its_reason(agent):
         decided = receive(ws)
         code = close_code(ws)
 
-    assert (decided["status"], decided["decided_by"], decided["reason"]) == ("rejected", "bob", "not this quarter")
+    assert (decided["status"], decided["decided_by"], decided["reason"]) == ("rejected", "web:bob", "not this quarter")
     assert code == 1000
 
 
@@ -127,8 +127,8 @@ def test_each_quorum_approval_is_pushed_before_the_final_one(live_gateway, trans
         code = close_code(ws)
 
     assert (pending["status"], pending["approvals_required"], pending["approved_by"]) == ("pending", 2, [])
-    assert (counted["status"], counted["approved_by"]) == ("pending", ["a"])
-    assert (final["status"], final["approved_by"], final["decided_by"]) == ("approved", ["a", "b"], "b")
+    assert (counted["status"], counted["approved_by"]) == ("pending", ["web:a"])
+    assert (final["status"], final["approved_by"], final["decided_by"]) == ("approved", ["web:a", "web:b"], "web:b")
     assert code == 1000
 
 
@@ -141,7 +141,7 @@ def test_an_agent_connecting_after_the_decision_gets_it_at_once(agent):
         state = receive(ws, timeout=2)
         code = close_code(ws, timeout=2)
 
-    assert (state["status"], state["decided_by"]) == ("approved", "bob")
+    assert (state["status"], state["decided_by"]) == ("approved", "web:bob")
     assert code == 1000
     assert time.monotonic() - started < 2
 
@@ -184,12 +184,12 @@ def test_a_decision_whose_notification_was_lost_still_reaches_the_socket(agent):
         assert receive(ws)["status"] == "pending"
         # Committed with no pg_notify, as if the notification had been lost.
         ConfirmationRequest.objects.filter(pk=confirmation_id).update(
-            status="approved", decided_by="alice", decided_at=timezone.now()
+            status="approved", decided_by="web:alice", decided_at=timezone.now()
         )
         decided = receive(ws, timeout=2 * settings.GATEWAY_WAIT_RECHECK_SECONDS + 2)
         code = close_code(ws)
 
-    assert (decided["status"], decided["decided_by"]) == ("approved", "alice")
+    assert (decided["status"], decided["decided_by"]) == ("approved", "web:alice")
     assert code == 1000
 
 

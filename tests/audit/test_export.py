@@ -62,7 +62,7 @@ def test_jsonl_round_trips_each_tool_call_as_describe_toolcall_shows_it(records)
     # what was asked, every hook's decision with the config version, who decided, what ran
     assert paid["tool_args"] == {"amount": 1e20, "n": 0.1}
     assert paid["hook_decisions"][0]["config_version"] == 1 and paid["hook_decisions"][0]["hook"] == "pay-gate"
-    assert paid["approval"]["decided_by"] == "alice" and paid["approval"]["status"] == "approved"
+    assert paid["approval"]["decided_by"] == "web:alice" and paid["approval"]["status"] == "approved"
     assert [e["kind"] for e in paid["approval"]["events"]][:1] == ["created"]
     assert paid["outcome"] == "success" and paid["result"] == "paid"
 

@@ -17,15 +17,18 @@ from django.utils import timezone
 
 from approvals import services
 from approvals.models import (
+    Agent,
     AuditCheckpoint,
     AuditEntry,
     ConfirmationEvent,
     ConfirmationRequest,
+    Grant,
     Outbox,
     ToolCall,
 )
 from tests.audit.support import agents, some_history, verify, verify_fails
-from tests.conftest import decide
+from channels_ext.base import Callback
+from tests.conftest import apply_config, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DAYS = dt.timedelta(days=30)
@@ -131,3 +134,48 @@ def test_beat_purges_daily_when_retention_is_set():
     )
     assert run({"GATEWAY_RETENTION_DAYS": "0"}).stdout.strip() == "None"
     assert "GATEWAY_RETENTION_DAYS must be 0" in run({"GATEWAY_RETENTION_DAYS": "-3"}).stderr
+
+
+GRANTING = """
+channels: [{name: web, kind: web}]
+agents:
+  - name: granter
+    hooks:
+      - {kind: approval_gate, name: gate, tools: ["pay"], channel: web, approvers: [alice],
+         grants: [{scope: session, args: any}]}
+"""
+
+
+def test_a_grant_goes_with_its_request_unless_a_call_it_allowed_stays():
+    apply_config(GRANTING)
+    agent = Agent.objects.get(name="granter")
+
+    def granted(session: str) -> str:
+        asked = services.tool_call_pre(agent=agent, session_id=session, tool_name="pay", tool_args={"n": 1})
+        services.confirmation_respond(
+            channel_name="web", callback=Callback(confirmation_id=asked.confirmation_id, decision="approve", actor="alice", grant=0)
+        )
+        allowed = services.tool_call_pre(agent=agent, session_id=session, tool_name="pay", tool_args={"n": 2})
+        assert "allowed_by_grant" in allowed.side_effects
+        return asked.confirmation_id
+
+    gone = granted("all-old")  # the request, its grant and the call the grant allowed: all old
+    kept = granted("used-since")
+    cut = timezone.now()
+    used_since = services.tool_call_pre(agent=agent, session_id="used-since", tool_name="pay", tool_args={"n": 3})
+    assert "allowed_by_grant" in used_since.side_effects
+
+    services.audit_purge(older_than=DAYS, now=cut + DAYS)
+
+    assert not ConfirmationRequest.objects.filter(pk=gone).exists()
+    assert not Grant.objects.filter(session_id="all-old").exists()
+    assert not ToolCall.objects.filter(session_id="all-old").exists()
+    # the grant allowed a call after the cut-off: that call, the grant, its request and the request's
+    # own call stay; the older call the grant allowed goes like any old call
+    assert ConfirmationRequest.objects.filter(pk=kept).exists()
+    assert Grant.objects.filter(session_id="used-since").count() == 1
+    assert ToolCall.objects.filter(confirmation_id=kept).exists()
+    assert list(ToolCall.objects.filter(session_id="used-since", grant__isnull=False).values_list("tool_args", flat=True)) == [
+        {"n": 3}
+    ]
+    assert "audit verified" in verify()

@@ -11,6 +11,7 @@ the contract asserts is what an agent, an approver and the audit trail see.
 from __future__ import annotations
 
 import dataclasses
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -18,7 +19,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals import selectors, services
+from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Grant, Outbox, ToolCall
 from approvals.tasks import expire_due
 from tests.conftest import AgentClient
 from tests.support import wait_until
@@ -26,14 +28,25 @@ from tests.support import wait_until
 TOOL = "oa__purchase_pay"
 
 
+def gate_keys(keys: dict[str, Any]) -> str:
+    """More keys of the gate, as YAML lines at a hook's indentation (JSON is YAML)."""
+    return "".join(f"        {key}: {json.dumps(value)}\n" for key, value in keys.items())
+
+
 @dataclasses.dataclass(frozen=True)
 class Person:
     """Someone in a channel: `id` as the channel knows them (what gates list as approvers),
-    `decided_by` as the gateway records and reports a decision of theirs."""
+    `decided_by` as the gateway records and reports a decision of theirs (channel-qualified:
+    `slack:U…`, `feishu:ou_…`, `web:alice`), `name` their display name beside it."""
 
     id: str
     name: str
     decided_by: str
+
+    @property
+    def label(self) -> str:
+        """How people and agents are told who decided: "alice (slack:U0ALICE)"."""
+        return self.decided_by if self.name in ("", self.id, self.decided_by) else f"{self.name} ({self.decided_by})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +65,9 @@ class ChannelDriver(Protocol):
     # What a click delivered a second time is answered with; `{by}` is who decided.
     duplicate_told: str
 
-    def deploy(self, *, timeout_seconds: int = 1800) -> AgentClient:
-        """Configure the channel and the gate (approvers: the two approvers); the agent's client."""
+    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
+        """Configure the channel and the gate (approvers: the two approvers; `gate`: more of its keys);
+        the agent's client."""
 
     def card(self, confirmation_id: str) -> Any:
         """Wait until the request is shown to its approvers; a handle on what they see."""
@@ -67,8 +81,20 @@ class ChannelDriver(Protocol):
     def forged_click(self, card: Any, person: Person, decision: str) -> int:
         """A click that does not come from the channel (unsigned, no CSRF token…); the HTTP status."""
 
-    def expect_decided(self, card: Any, *, status: str, by: Person | None, reason: str = "") -> None:
-        """Wait until the card shows `status` (and who, and why), with no buttons left; assert how it says so."""
+    def edit(self, card: Any, person: Person, edits: dict[str, Any]) -> Told:
+        """`person` changes arguments (`{path: new value}`) in the channel's edit form and approves."""
+
+    def scope_buttons(self, card: Any) -> list[str]:
+        """The texts of the card's "approve for a scope" buttons, in order."""
+
+    def approve_for(self, card: Any, person: Person, scope: int) -> Told:
+        """`person` presses the card's scope button number `scope`."""
+
+    def expect_decided(
+        self, card: Any, *, status: str, by: Person | None, reason: str = "", edited: bool = False
+    ) -> None:
+        """Wait until the card shows `status` (and who, and why, and that it was edited), with no buttons
+        left; assert how it says so."""
 
     def expect_open(self, card: Any) -> None:
         """Assert the card still offers Approve and Reject."""
@@ -89,8 +115,8 @@ def request_state(confirmation_id: str) -> dict[str, Any]:
     }
 
 
-def pending(agent: AgentClient) -> str:
-    answer = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
+def pending(agent: AgentClient, args: dict[str, Any] | None = None) -> str:
+    answer = agent.pre_tool_use(TOOL, args or {"amount": 80000}, user_id="u-42").json()
     assert answer["decision"] == "pending", answer
     return answer["confirmation_id"]
 
@@ -124,11 +150,17 @@ class ChannelContract:
 
         assert told.taken
         answer = waiting.result(timeout=20).json()
-        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {approver.decided_by}")
+        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {approver.label}")
         assert answer["tool_args"] == {"amount": 80000}
         confirmation = ConfirmationRequest.objects.get()
-        assert (confirmation.status, confirmation.decided_by) == ("approved", approver.decided_by)
-        assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(approver.id, "approve")]
+        assert (confirmation.status, confirmation.decided_by, confirmation.decided_by_name) == (
+            "approved",
+            approver.decided_by,
+            approver.name,
+        )
+        assert list(ApproverResponse.objects.values_list("approver", "approver_name", "decision")) == [
+            (approver.decided_by, approver.name, "approve")
+        ]
         driver.expect_decided(card, status="approved", by=approver)
 
     def test_a_rejection_reaches_an_agent_long_polling_with_who_rejected_and_why(self, driver, background):
@@ -142,14 +174,15 @@ class ChannelContract:
 
         assert told.taken
         state = waiting.result(timeout=20).json()
-        assert (state["status"], state["decided_by"], state["reason"]) == (
+        assert (state["status"], state["decided_by"], state["decided_by_name"], state["reason"]) == (
             "rejected",
             approver.decided_by,
+            approver.name,
             "Over budget this quarter",
         )
         responses = ApproverResponse.objects.filter(confirmation_id=confirmation_id)
         assert list(responses.values_list("approver", "decision", "reason")) == [
-            (approver.id, "reject", "Over budget this quarter")
+            (approver.decided_by, "reject", "Over budget this quarter")
         ]
         driver.expect_decided(card, status="rejected", by=approver, reason="Over budget this quarter")
 
@@ -166,7 +199,7 @@ class ChannelContract:
         assert told.text == "You are not one of the approvers of this request."
         assert request_state(confirmation_id) == before
         refused = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="refused_click")
-        assert list(refused.values_list("actor", flat=True)) == [driver.outsider.id]  # audited
+        assert list(refused.values_list("actor", flat=True)) == [driver.outsider.decided_by]  # audited
         driver.expect_open(card)
         # The approvers can still decide.
         assert driver.click(card, driver.approvers[0], "approve").taken
@@ -184,7 +217,7 @@ class ChannelContract:
         late_reject = driver.click(card, second, "reject", reason="too late")
         double_click = driver.click(card, first, "approve")
 
-        assert late_reject.text == double_click.text == f"Already approved by {first.decided_by}."
+        assert late_reject.text == double_click.text == f"Already approved by {first.label}."
         assert request_state(confirmation_id) == before
         assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="late_click").count() == 2
 
@@ -197,7 +230,7 @@ class ChannelContract:
         first, again = driver.click_twice(card, approver, "approve")
 
         assert first.taken and again.taken
-        assert again.text == driver.duplicate_told.format(by=approver.decided_by)
+        assert again.text == driver.duplicate_told.format(by=approver.label)
         assert ApproverResponse.objects.filter(confirmation_id=confirmation_id).count() == 1
         assert ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="approved").count() == 1
 
@@ -213,8 +246,8 @@ class ChannelContract:
         confirmation = ConfirmationRequest.objects.get()
         winner = next(p for p in driver.approvers if p.decided_by == confirmation.decided_by)
         loser = next(p for p in driver.approvers if p is not winner)
-        assert ApproverResponse.objects.get().approver == winner.id
-        assert told[driver.approvers.index(loser)].text == f"Already approved by {winner.decided_by}."
+        assert ApproverResponse.objects.get().approver == winner.decided_by
+        assert told[driver.approvers.index(loser)].text == f"Already approved by {winner.label}."
         kinds = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).values_list("kind", flat=True)
         assert sorted(k for k in kinds if k not in ("card_posted", "card_updated")) == ["approved", "created", "late_click"]
         driver.expect_decided(card, status="approved", by=winner)
@@ -284,3 +317,74 @@ class ChannelContract:
 
         driver.expect_decided(card, status="cancelled", by=None)
         assert ConfirmationRequest.objects.get(pk=confirmation_id).decided_by == "agent:purchasing-bot"
+
+    # --- edit, then approve ------------------------------------------------------------------
+
+    def test_an_approver_who_edits_the_arguments_approves_what_the_agent_then_runs(self, driver, background):
+        agent = driver.deploy(gate={"allow_edit": ["amount"]})
+        approver = driver.approvers[0]
+        proposed = {"amount": 80000, "vendor": "ACME"}
+        waiting = background(agent.pre_tool_use, TOOL, proposed, user_id="u-42", tool_call_id="call-1", wait_seconds=30)
+        confirmation_id = wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first())
+        card = driver.card(str(confirmation_id))
+
+        told = driver.edit(card, approver, {"amount": 8000})
+
+        assert told.taken
+        answer = waiting.result(timeout=20).json()
+        approved = {"amount": 8000, "vendor": "ACME"}
+        assert (answer["decision"], answer["tool_args"]) == ("allow", approved)
+        assert answer["reason"] == f"approved by {approver.label} with edited arguments: amount"
+        # What ran, as post-tool-use reports it: the third record beside the proposed and the approved.
+        ran = agent.http.post(
+            "/api/v1/hooks/post-tool-use",
+            json={"session_id": "s-1", "tool_call_id": "call-1", "tool_args": answer["tool_args"], "result": "paid"},
+        )
+        assert ran.status_code == 200, ran.text
+        audit = selectors.tool_call_audit(tool_call_id="call-1")["approval"]
+        assert (audit["proposed_args"], audit["approved_args"], audit["ran_args"]) == (proposed, approved, approved)
+        assert (audit["edited"], audit["edited_paths"], audit["decided_by"]) == (True, ["amount"], approver.decided_by)
+        state = agent.wait(str(confirmation_id), timeout=5).json()
+        assert (state["edited"], state["approved_args"], state["tool_args"]) == (True, approved, proposed)
+        event = ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="approved")
+        assert (event.actor, event.data["edited"], event.data["approved_args"]) == (approver.decided_by, True, approved)
+        driver.expect_decided(card, status="approved", by=approver, edited=True)
+
+    def test_an_edit_outside_the_editable_arguments_is_refused_and_changes_nothing(self, driver):
+        agent = driver.deploy(gate={"allow_edit": ["amount"]})
+        confirmation_id = pending(agent, {"amount": 80000, "vendor": "ACME"})
+        card = driver.card(confirmation_id)
+        before = request_state(confirmation_id)
+
+        told = driver.edit(card, driver.approvers[0], {"vendor": "Evil Corp"})
+
+        assert told.text == "You may not change vendor; the editable arguments are amount."
+        assert request_state(confirmation_id) == before
+        driver.expect_open(card)
+
+    # --- approve for a scope ------------------------------------------------------------------
+
+    def test_approving_for_the_session_allows_the_same_call_at_once_and_nothing_outside_until_revoked(self, driver):
+        agent = driver.deploy(gate={"grants": [{"scope": "session", "args": "same"}]})
+        approver = driver.approvers[1]
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        assert driver.scope_buttons(card) == ["Approve for this session (same arguments)"]
+
+        assert driver.approve_for(card, approver, 0).taken
+
+        grant = Grant.objects.get()
+        assert (grant.granted_by, grant.granted_by_name, grant.scope, str(grant.confirmation_id)) == (
+            approver.decided_by, approver.name, "session", confirmation_id,
+        )  # fmt: skip
+        again = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
+        assert (again["decision"], again["confirmation_id"]) == ("allow", None)
+        assert again["reason"].startswith(f"allowed by grant {str(grant.pk)[:8]}: approved for this session")
+        assert f"by {approver.label} at " in again["reason"]
+        assert ToolCall.objects.get(grant=grant).decision == "allow"  # recorded as allowed by that grant
+        # Outside the scope: other arguments, another session.
+        assert agent.pre_tool_use(TOOL, {"amount": 90000}, user_id="u-42").json()["decision"] == "pending"
+        assert agent.pre_tool_use(TOOL, {"amount": 80000}, session_id="s-2").json()["decision"] == "pending"
+        assert services.grant_revoke(grant_id=grant.pk, actor="admin:olga")
+        assert agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["decision"] == "pending"
+        driver.expect_decided(card, status="approved", by=approver)

@@ -136,13 +136,13 @@ def test_the_command_waits_for_a_human_and_passes_on_the_rejection_and_its_reaso
 
     answer = command.answer(hook_json("Bash", {"command": "git push"}))
 
-    assert answer == pre_tool_use("deny", "rejected by alice: not on main")
+    assert answer == pre_tool_use("deny", "rejected by web:alice: not on main")
 
 
 def test_the_command_allows_once_a_human_approves_during_the_wait(command, approver):
     approver.decides("approve", when=parked)
 
-    assert command.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by alice")
+    assert command.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by web:alice")
 
 
 def test_the_command_returns_the_rewritten_input_as_updated_input(command):
@@ -164,7 +164,7 @@ def test_a_call_still_pending_at_max_wait_is_denied_and_an_approval_meanwhile_is
     assert "still pending" in decision["permissionDecisionReason"]
     assert str(confirmation.pk) in decision["permissionDecisionReason"]
     assert "Retry the same call" in decision["permissionDecisionReason"]
-    assert retry == pre_tool_use("allow", "approved by alice")
+    assert retry == pre_tool_use("allow", "approved by web:alice")
     assert ConfirmationRequest.objects.count() == 1  # the retry found the same request
     assert confirmation.tool_call_id == "toolu_01"
 
@@ -253,7 +253,7 @@ def test_the_http_form_answers_exactly_like_the_command(command, http_hook, scen
 def test_the_http_form_waits_for_a_human_and_passes_on_the_approval(http_hook, approver):
     approver.decides("approve", when=parked)
 
-    assert http_hook.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by alice")
+    assert http_hook.answer(hook_json("Bash", {"command": "make test"})) == pre_tool_use("allow", "approved by web:alice")
 
 
 def test_the_http_form_denies_while_pending_and_honours_an_approval_on_retry(http_hook):
@@ -265,7 +265,7 @@ def test_the_http_form_denies_while_pending_and_honours_an_approval_on_retry(htt
     reason = first["hookSpecificOutput"]["permissionDecisionReason"]
     assert first["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "still pending" in reason and f"/approvals/{confirmation.pk}/" in reason
-    assert retry == pre_tool_use("allow", "approved by alice")
+    assert retry == pre_tool_use("allow", "approved by web:alice")
     assert ConfirmationRequest.objects.count() == 1
     assert confirmation.tool_call_id == "toolu_01"
 

@@ -74,7 +74,7 @@ def test_the_sync_client_returns_an_approval_that_arrives_after_the_first_long_p
     decision = client.pre_tool_use("s-1", "Bash", {"command": "git push"})
 
     assert decision.allowed
-    assert decision.reason == "approved by alice"
+    assert decision.reason == "approved by web:alice"
     assert decision.tool_args == {"command": "git push"}
     assert decision.confirmation_id == str(ConfirmationRequest.objects.get().pk)
     assert ToolCall.objects.count() == 1
@@ -93,7 +93,7 @@ def test_the_async_client_returns_a_rejection_that_arrives_after_the_first_long_
     decision = asyncio.run(ask())
 
     assert decision.denied
-    assert decision.reason == "rejected by alice: not on main"
+    assert decision.reason == "rejected by web:alice: not on main"
     assert not decision.still_pending and not decision.unreachable
     assert_pending_rounds_then(answers(gateway_requests, decision.confirmation_id), "rejected", "deny")
 
@@ -134,7 +134,7 @@ def test_the_sync_client_keeps_waiting_across_a_gateway_restart(gateway_client, 
 
     assert gateway.starts == 2
     assert decision.allowed
-    assert decision.reason == "approved by alice"
+    assert decision.reason == "approved by web:alice"
     assert ConfirmationRequest.objects.count() == 1  # reconnecting never asked twice
     before, after = answers(gateway.requests, server=1), answers(gateway.requests, server=2)
     assert before[0] == ("ask", "pending") and set(before[1:]) <= {("wait", "pending")}
@@ -155,7 +155,7 @@ def test_the_async_client_keeps_waiting_across_a_gateway_restart(restartable_gat
 
     assert gateway.starts == 2
     assert decision.denied
-    assert decision.reason == "rejected by alice: frozen"
+    assert decision.reason == "rejected by web:alice: frozen"
     assert ConfirmationRequest.objects.count() == 1
     before, after = answers(gateway.requests, server=1), answers(gateway.requests, server=2)
     assert before[0] == ("ask", "pending") and set(before[1:]) <= {("wait", "pending")}
@@ -335,7 +335,7 @@ def test_the_async_thin_methods_answer_like_the_sync_ones(live_gateway, coder_ke
     pending, final, ended = asyncio.run(run())
 
     assert pending.still_pending
-    assert final["status"] == "approved" and final["decided_by"] == "alice"
+    assert final["status"] == "approved" and final["decided_by"] == "web:alice"
     assert "side_effects" in ended
 
 

@@ -71,7 +71,7 @@ def test_a_rejected_function_does_not_run_and_raises_tool_denied_with_the_reason
         pay(50, "acme")
 
     assert runs == []
-    assert denied.value.reason == "rejected by alice: over budget"
+    assert denied.value.reason == "rejected by web:alice: over budget"
     assert denied.value.confirmation_id == str(ConfirmationRequest.objects.get().pk)
     assert denied.value.tool_name == "pay"
     assert "pay was denied" in str(denied.value)
@@ -103,7 +103,7 @@ def test_an_async_function_runs_on_approval_and_is_refused_on_rejection(live_gat
         ran = await bash("make test")
         approver.join()
         approver.decides("reject", reason="no")
-        with pytest.raises(ToolDenied, match="rejected by alice: no"):
+        with pytest.raises(ToolDenied, match="rejected by web:alice: no"):
             await bash("make deploy")
         await client.aclose()
         return ran

@@ -94,14 +94,14 @@ def test_the_example_needs_two_approvals_above_half_a_million_and_the_card_count
 
     first = decide(confirmation_id, "approve", actor="alice")
     assert (first.code, first.message) == ("recorded", "Approval recorded (1 of 2).")
-    assert card(confirmation_id).approved_by == ("alice",)
+    assert card(confirmation_id).approved_by == ("web:alice",)
     assert payments_bot.wait(confirmation_id, timeout=0).json()["status"] == "pending"
     assert decide(confirmation_id, "approve", actor="alice").code == "duplicate"  # one voice each
 
     assert decide(confirmation_id, "approve", actor="bob").code == "decided"
     final = payments_bot.wait(confirmation_id).json()
-    assert (final["status"], final["decided_by"]) == ("approved", "bob")
-    assert card(confirmation_id).approved_by == ("alice", "bob")
+    assert (final["status"], final["decided_by"]) == ("approved", "web:bob")
+    assert card(confirmation_id).approved_by == ("web:alice", "web:bob")
 
 
 def test_any_rejection_rejects_a_quorum_request_at_once(payments_bot):
@@ -111,7 +111,7 @@ def test_any_rejection_rejects_a_quorum_request_at_once(payments_bot):
     decide(confirmation_id, "reject", actor="carol", reason="not this quarter")
 
     final = payments_bot.wait(confirmation_id).json()
-    assert (final["status"], final["decided_by"], final["reason"]) == ("rejected", "carol", "not this quarter")
+    assert (final["status"], final["decided_by"], final["reason"]) == ("rejected", "web:carol", "not this quarter")
 
 
 def test_someone_outside_the_approvers_cannot_count_towards_the_quorum(payments_bot):
@@ -177,7 +177,7 @@ def test_a_gate_without_reminders_never_reminds(payments_bot):
     confirmation_id = pay(payments_bot, 80_000)["confirmation_id"]  # gate `finance` has no remind_after_seconds
 
     assert ConfirmationRequest.objects.get(pk=confirmation_id).remind_at is None
-    assert run_timers.apply().get() == {"reminded": 0, "escalated": 0, "counters_purged": 0}
+    assert run_timers.apply().get() == {"reminded": 0, "warned": 0, "escalated": 0, "counters_purged": 0}
 
 
 # --- escalation -------------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_after_escalation_the_on_call_approver_and_the_first_approvers_may_decid
     assert decide(confirmation_id, "approve", actor="alice", channel="web").code == "decided"
 
     final = payments_bot.wait(confirmation_id).json()
-    assert (final["status"], final["decided_by"]) == ("approved", "alice")
+    assert (final["status"], final["decided_by"]) == ("approved", "web:alice")
 
 
 def test_after_escalation_the_on_call_approver_alone_may_reject(payments_bot):
@@ -274,3 +274,37 @@ agents:
 
     assert decide(confirmation_id, "approve", actor="alice").code == "decided"
     assert agent.wait(confirmation_id).json()["status"] == "approved"
+
+
+# --- a warning before the deadline ----------------------------------------------------------------
+
+
+def test_a_warning_before_the_deadline_pings_the_approvers_once_with_the_time_left(live_gateway, transactional_db):
+    apply_config(
+        """
+channels: [{name: web, kind: web}]
+agents:
+  - name: bot
+    hooks: [{kind: approval_gate, channel: web, approvers: [alice], timeout_seconds: 600, warn_before_seconds: 120}]
+"""
+    )
+    agent = make_agent_client(live_gateway, "bot")
+    warned = agent.pre_tool_use("deploy", {}).json()["confirmation_id"]
+    decided = agent.pre_tool_use("deploy", {"n": 2}).json()["confirmation_id"]
+    confirmation = ConfirmationRequest.objects.get(pk=warned)
+    assert confirmation.expires_at - confirmation.warn_at == dt.timedelta(seconds=120)
+    decide(decided, "approve")
+    assert run_timers.apply().get()["warned"] == 0  # not yet due
+
+    make_due(warned, warn_at="")
+    make_due(decided, warn_at="")
+    assert run_timers.apply().get()["warned"] == 1  # the decided one is not warned
+    assert run_timers.apply().get()["warned"] == 0  # once
+
+    (row,) = rows_of(warned, "remind")
+    assert row.dedupe_key == f"{warned}:warn"
+    assert row.payload["text"].startswith("Deadline soon: 9 min") and row.payload["text"].endswith(
+        "then the agent is told deny."
+    )
+    assert ConfirmationEvent.objects.get(confirmation_id=warned, kind="warned").message == row.payload["text"]
+    assert not rows_of(decided, "remind")

@@ -507,6 +507,48 @@ def test_it_refuses_non_positive_reminders():
     assert hook_problems(gate(remind_after_seconds=0)) == [("hooks[0].remind_after_seconds", "must be > 0")]
 
 
+def test_a_gate_offers_no_edit_no_scope_and_no_warning_unless_it_says_so():
+    (plain,) = validate_agent_hooks([gate()])
+    assert (plain.allow_edit, plain.grants, plain.warn_before_seconds) == (False, [], None)
+
+    (generous,) = validate_agent_hooks(
+        [gate(allow_edit=["amount", "shipping.city"], warn_before_seconds=300,
+              grants=[{"scope": "session"}, {"scope": "minutes", "minutes": 30, "args": "any"}])]
+    )  # fmt: skip
+    assert generous.allow_edit == ["amount", "shipping.city"]
+    assert [g.model_dump() for g in generous.grants] == [
+        {"scope": "session", "minutes": None, "args": "same"},
+        {"scope": "minutes", "minutes": 30, "args": "any"},
+    ]
+
+
+def test_it_names_each_bad_edit_scope_and_warning_key():
+    assert hook_problems(
+        gate(allow_edit="amount"),
+        gate(allow_edit=["a..b"]),
+        gate(grants=[{"scope": "minutes"}, {"scope": "session", "minutes": 5}, {"scope": "forever"}]),
+        gate(approvers=["a", "b"], approvals_required=2, allow_edit=True, grants=[{"scope": "session"}]),
+        gate(timeout_seconds=600, warn_before_seconds=600),
+        gate(timeout_seconds=None, warn_before_seconds=60),
+    ) == [
+        ("hooks[0].allow_edit", "must be true, false or a list of argument paths"),
+        ("hooks[1].allow_edit", "item 0: 'a..b' is not an argument path (keys joined by dots: `shipping.city`)"),
+        ("hooks[2].grants[0]", "scope: minutes needs minutes"),
+        ("hooks[2].grants[1]", "minutes is only for scope: minutes"),
+        ("hooks[2].grants[2].scope", "must be 'session' or 'minutes'"),
+        ("hooks[3].allow_edit", "needs approvals_required: 1 (it is 2)"),
+        ("hooks[3].grants", "needs approvals_required: 1 (it is 2)"),
+        ("hooks[4].warn_before_seconds", "must be less than timeout_seconds (600)"),
+        ("hooks[5].warn_before_seconds", "needs timeout_seconds (a request that never expires has no deadline to warn of)"),
+    ]
+
+
+def test_the_json_schema_describes_the_edit_scope_and_warning_keys():
+    gate_schema = hooks_json_schema()["$defs"]["ApprovalGateConfig"]["properties"]
+    assert {"allow_edit", "grants", "warn_before_seconds"} <= set(gate_schema)
+    assert "editable argument paths" in gate_schema["allow_edit"]["description"]
+
+
 def test_it_refuses_an_unknown_channel_from_the_known_ones():
     assert hook_problems(gate(channel="slack")) == [
         ("hooks[0].channel", "unknown channel 'slack'; known channels: web")

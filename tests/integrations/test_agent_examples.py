@@ -81,7 +81,7 @@ def test_a_rejected_payment_never_runs_and_the_model_sees_the_approvers_reason(
     gateway.approver.reject("Over budget this quarter")
     lines = finish(process)
 
-    refusal = "pay_invoice was not run: rejected by bob: Over budget this quarter"
+    refusal = "pay_invoice was not run: rejected by bob (slack:U0BOB): Over budget this quarter"
     assert not [line for line in lines if line.startswith("PAID")]
     assert fake_openai.outputs_seen(request) == {"pay_invoice": refusal}
     assert lines[-1] == f"{FINAL_PREFIX}pay_invoice: {refusal}"

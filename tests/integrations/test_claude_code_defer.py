@@ -30,7 +30,7 @@ def test_a_pending_call_is_deferred_and_the_resumed_session_gets_the_approval(ga
         ),
     }
     assert resumed["hookSpecificOutput"]["permissionDecision"] == "allow"
-    assert resumed["hookSpecificOutput"]["permissionDecisionReason"] == "approved by alice"
+    assert resumed["hookSpecificOutput"]["permissionDecisionReason"] == "approved by alice (slack:U0ALICE)"
     assert len(gateway.approver.cards()) == 1
 
 

@@ -17,7 +17,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from approvals.models import ConfirmationRequest, ToolCall
-from tests.integrations.conftest import ROOT, WAIT, Gateway, slack_gate
+from tests.fakes.slack_api import view_submission_payload
+from tests.integrations.conftest import ALICE, ROOT, WAIT, Gateway, slack_gate
 from tests.integrations.crm_server import PROFILE, CrmServer
 from tests.support import wait_until
 
@@ -196,8 +197,34 @@ def test_a_rejected_call_never_reaches_the_upstream_and_the_client_gets_the_reas
         result = call.result(timeout=WAIT)
 
     assert result.is_error
-    assert text(result) == "crm__delete_customer was not run: rejected by bob: Not without a support ticket"
+    assert text(result) == "crm__delete_customer was not run: rejected by bob (slack:U0BOB): Not without a support ticket"
     assert crm_server.calls == []
+
+
+def test_an_approver_edits_the_arguments_in_slack_and_the_upstream_runs_the_edit(
+    gateway: Gateway, crm_server: CrmServer
+):
+    key = gateway.configure(AGENT, [slack_gate(["crm__delete_customer"], allow_edit=["customer_id"])])
+    server = proxy(gateway.url, key, "crm", "--upstream-url", crm_server.url)
+    with mcp_client(server, mode="legacy") as (portal, client):
+        call = portal.start_task_soon(client.call_tool, "delete_customer", {"customer_id": "c-9"})
+        card = gateway.approver.card()
+        gateway.approver.click(card, ALICE, "edit")  # Edit… opens a modal with the editable arguments
+        trigger = f"trigger.{ALICE.name}.edit.{card.ts}"
+        (opened,) = wait_until(lambda: [c for c in gateway.slack.calls("views.open") if c.json["trigger_id"] == trigger])
+        submission = view_submission_payload(
+            private_metadata=opened.json["view"]["private_metadata"], reason=None, user_id=ALICE.id,
+            user_name=ALICE.name, callback_id="edit_arguments",
+        )  # fmt: skip
+        submission["view"]["state"]["values"] = {"edit_0": {"value": {"type": "plain_text_input", "value": '"c-10"'}}}
+        assert gateway.approver._post(submission).json() == {"response_action": "clear"}
+        result = call.result(timeout=WAIT)
+
+    assert text(result) == "deleted c-10"
+    assert crm_server.calls == [("delete_customer", {"customer_id": "c-10"})]  # the edit ran, not the proposal
+    tool_call = ToolCall.objects.get()
+    assert (tool_call.tool_args, tool_call.ran_args) == ({"customer_id": "c-9"}, {"customer_id": "c-10"})
+    assert tool_call.confirmation.approved_args == {"customer_id": "c-10"}
 
 
 def test_a_call_still_pending_at_max_wait_says_so_and_a_retry_picks_up_the_approval(gateway: Gateway):

@@ -48,9 +48,15 @@ class Command(BaseCommand):
             f"  idempotency    {a['idempotency_key'] or '-'}",
             f"  decision       {a['decision']} by {a['decided_by_hook'] or '-'} (config v{a['config_version']})",
             f"  reason         {a['reason'] or '-'}",
-            "Arguments (as stored)",
+            "Arguments proposed (as stored)",
             *self._indent(_json(a["tool_args"])),
         ]
+        grant = a["allowed_by_grant"]
+        if grant is not None:
+            out.append(
+                f"Allowed by grant {grant['id']}: {grant['scope']}, granted by {grant['granted_by']}"
+                f" ({grant['granted_by_name']}) at {grant['at']} on request {grant['request']}"
+            )
         if a["metadata"]:
             out += ["Metadata", *self._indent(_json(a["metadata"]))]
         out.append("Hook decisions")
@@ -73,11 +79,21 @@ class Command(BaseCommand):
                 f"  gate           {approval['gate']} (config v{approval['config_version']}) on {approval['channel']}",
                 f"  approvers      {', '.join(approval['approvers']) or 'any member'}"
                 f" ({approval['approvals_required']} required)",
-                f"  decided        {approval['decided_by'] or '-'} at {approval['decided_at'] or '-'}"
+                f"  decided        {approval['decided_by'] or '-'}"
+                + (f" ({approval['decided_by_name']})" if approval["decided_by_name"] else "")
+                + f" at {approval['decided_at'] or '-'}"
                 + (f": {approval['decision_reason']}" if approval["decision_reason"] else ""),
                 f"  expires        {approval['expires_at'] or 'never'}",
-                "  events",
             ]
+            if approval["edited"]:
+                out += [
+                    f"  approved       EDITED ({', '.join(approval['edited_paths'])}); the agent ran:",
+                    *["    " + line for line in _json(approval["approved_args"]).splitlines()],
+                ]
+            for g in approval["grants"]:
+                state = f"revoked {g['revoked_at']}" if g["revoked_at"] else f"until {g['expires_at'] or 'the session ends'}"
+                out.append(f"  granted        {g['scope']} by {g['granted_by']} at {g['at']}, {state}, used {g['uses']}×")
+            out.append("  events")
             for e in approval["events"]:
                 who = " ".join(part for part in (e["actor"], f"via {e['channel']}" if e["channel"] else "") if part)
                 message = f": {e['message']}" if e["message"] else ""
@@ -90,6 +106,8 @@ class Command(BaseCommand):
             f"  created        {a['created_at']}",
             f"  completed      {a['completed_at'] or '-'}",
         ]
+        if a["ran_args"] is not None:
+            out += ["Ran with (post-tool-use, as stored)", *self._indent(_json(a["ran_args"]))]
         if a["outcome"]:
             out += ["Result (as stored)", *self._indent(_json(a["result"]))]
         return out

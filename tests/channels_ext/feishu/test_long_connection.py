@@ -136,8 +136,8 @@ def test_a_click_in_an_event_frame_is_answered_within_3_s_with_a_toast_and_the_d
     assert answer.data["card"]["data"]["header"]["title"]["content"] == "Approved"
     assert "biz_rt" in answer.headers  # the handler's time, as lark-oapi reports it
     result = waiting.result(timeout=WAIT).json()
-    assert (result["decision"], result["reason"]) == ("allow", f"approved by {APPROVER}")
-    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(APPROVER, "approve")]
+    assert (result["decision"], result["reason"]) == ("allow", f"approved by feishu:{APPROVER}")
+    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(f"feishu:{APPROVER}", "approve")]
     feishu.patched_title(feishu.posted_message(), "Approved")  # and the card is updated afterwards
 
 
@@ -150,7 +150,7 @@ def test_a_click_in_a_card_frame_is_answered_too_though_lark_oapi_alone_drops_th
     assert answer is not None and answer.code == 200 and answer.seconds < 3
     assert answer.data["toast"] == {"type": "success", "content": "Rejected."}
     result = waiting.result(timeout=WAIT).json()
-    assert (result["decision"], result["reason"]) == ("deny", f"rejected by {APPROVER}: Not this quarter")
+    assert (result["decision"], result["reason"]) == ("deny", f"rejected by feishu:{APPROVER}: Not this quarter")
     feishu.patched_title(feishu.posted_message(), "Rejected")
 
 

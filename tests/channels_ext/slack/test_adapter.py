@@ -131,7 +131,7 @@ def test_reminders_redraw_the_card_and_mention_the_approvers_in_its_thread(
 
 
 def test_reminders_mention_only_the_approvers_still_waiting(adapter: SlackAdapter, fake_slack: FakeSlack) -> None:
-    card = make_card(approvers=("U0APPROVER", "U0OTHER", "bob"), approved_by=("U0APPROVER",), approvals_required=2)
+    card = make_card(approvers=("U0APPROVER", "U0OTHER", "bob"), approved_by=("slack:U0APPROVER",), approvals_required=2)
     ref = adapter.post_card(card, idempotency_key="k-1")
 
     adapter.notify_approvers(card, ref, "Reminder")

@@ -5,6 +5,7 @@ what the clicker is told is the ephemeral note posted to the click's response_ur
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 
 from approvals.models import ApproverResponse
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import ChannelContract, Person, Told
+from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,
     BOB,
@@ -36,10 +37,10 @@ _HEADS = {"approved": "✅ Approved", "rejected": "❌ Rejected", "expired": "�
 
 class SlackDriver:
     approvers = (
-        Person(ALICE.id, ALICE.name, ALICE.name),  # Slack decisions are recorded under the display name
-        Person(BOB.id, BOB.name, BOB.name),
+        Person(ALICE.id, ALICE.name, f"slack:{ALICE.id}"),  # recorded under the user id, the name beside it
+        Person(BOB.id, BOB.name, f"slack:{BOB.id}"),
     )
-    outsider = Person(MALLORY.id, MALLORY.name, MALLORY.name)  # in the channel, not an approver
+    outsider = Person(MALLORY.id, MALLORY.name, f"slack:{MALLORY.id}")  # in the channel, not an approver
     duplicate_told = "Already approved by {by}."  # Slack has no event id for clicks: the second one is late
 
     def __init__(self, live_gateway, fake_slack: FakeSlack):
@@ -47,8 +48,8 @@ class SlackDriver:
         self.fake = fake_slack
         self._names = itertools.count(1)
 
-    def deploy(self, *, timeout_seconds: int = 1800) -> AgentClient:
-        configure(self.fake, timeout_seconds=timeout_seconds)
+    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
+        configure(self.fake, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> PostedCard:
@@ -57,6 +58,7 @@ class SlackDriver:
         return card
 
     def _payload(self, card: PostedCard, person: Person, decision: str, note_to: str) -> dict[str, Any]:
+        """A click on the card's button `decision` (its action_id: approve, reject, edit, approve_grant_<n>)."""
         payload = block_actions_payload(
             action_id=decision,
             value=card.button(decision)["value"],
@@ -72,7 +74,7 @@ class SlackDriver:
 
     def _deliver(self, card: PostedCard, person: Person, decision: str, payload: dict[str, Any], note_to: str, reason: str) -> Told:
         confirmation_id = unsign_confirmation_id(card.button(decision)["value"])
-        answered = ApproverResponse.objects.filter(confirmation_id=confirmation_id, approver=person.id)
+        answered = ApproverResponse.objects.filter(confirmation_id=confirmation_id, approver=person.decided_by)
         had_answered = answered.exists()
         response = post_interaction(self.live_gateway, payload)
         if response.status_code != 200:
@@ -123,13 +125,59 @@ class SlackDriver:
         again = self._deliver(card, person, decision, payload, note_to, "")
         return first, again
 
+    def edit(self, card: PostedCard, person: Person, edits: dict[str, Any]) -> Told:
+        """Edit…: the modal opens (views.open) with one JSON input per editable argument; the approver
+        types the new values and submits (view_submission), which approves."""
+        note_to = f"{person.name}-{next(self._names)}"
+        response = post_interaction(self.live_gateway, self._payload(card, person, "edit", note_to))
+        assert (response.status_code, response.content) == (200, b"")
+
+        def opened() -> Any:
+            calls = [c for c in self.fake.calls("views.open") if c.json["trigger_id"] == f"trigger.{note_to}"]
+            return calls[0].json["view"] if calls else None
+
+        view = wait_until(opened, what="the edit modal")
+        metadata = json.loads(view["private_metadata"])
+        inputs = {b["label"]["text"]: b for b in view["blocks"] if b["type"] == "input"}
+        # A path the modal does not offer can only come from a tampered submission: send it anyway.
+        metadata["paths"] += [p for p in edits if p not in metadata["paths"]]
+        values = {}
+        for number, path in enumerate(metadata["paths"]):
+            typed = json.dumps(edits[path]) if path in edits else inputs[path]["element"].get("initial_value")
+            values[f"edit_{number}"] = {"value": {"type": "plain_text_input", "value": typed}}
+        submission = view_submission_payload(
+            private_metadata=json.dumps(metadata), reason=None, user_id=person.id, user_name=person.name,
+            callback_id="edit_arguments",
+        )  # fmt: skip
+        submission["view"]["state"]["values"] = values
+        answer = post_interaction(self.live_gateway, submission)
+        assert answer.status_code == 200
+        if answer.json() == {"response_action": "clear"}:
+            return Told(taken=True, text=None)
+        (error,) = answer.json()["errors"].values()
+        return Told(taken=True, text=error)
+
+    def scope_buttons(self, card: PostedCard) -> list[str]:
+        (actions,) = [b for b in card.request.json["blocks"] if b["type"] == "actions"]
+        return [e["text"]["text"] for e in actions["elements"] if e["action_id"].startswith("approve_grant_")]
+
+    def approve_for(self, card: PostedCard, person: Person, scope: int) -> Told:
+        note_to = f"{person.name}-{next(self._names)}"
+        response = post_interaction(self.live_gateway, self._payload(card, person, f"approve_grant_{scope}", note_to))
+        if response.status_code != 200:
+            return Told(taken=False, text=None)
+        counted = ApproverResponse.objects.filter(approver=person.decided_by).exists()
+        return Told(taken=True, text=None if counted else self._note(note_to))
+
     def forged_click(self, card: PostedCard, person: Person, decision: str) -> int:
         body = form_body(self._payload(card, person, decision, "forged"))
         url = f"{self.live_gateway.url}/channels/ops-slack/callback"
         return httpx.post(url, content=body, headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code
 
-    def expect_decided(self, card: PostedCard, *, status: str, by: Person | None, reason: str = "") -> None:
-        head = _HEADS[status] + (f" by {by.decided_by}" if by is not None else "")
+    def expect_decided(
+        self, card: PostedCard, *, status: str, by: Person | None, reason: str = "", edited: bool = False
+    ) -> None:
+        head = _HEADS[status] + (" (edited)" if edited else "") + (f" by <@{by.id}>" if by is not None else "")
 
         def redrawn() -> dict[str, Any] | None:
             message = card.message(self.fake)
@@ -142,12 +190,14 @@ class SlackDriver:
         assert block_text(message["blocks"]).splitlines()[1].startswith(head)
         if reason:
             assert f"— {reason}" in block_text(message["blocks"])
+        assert ("*Approved arguments* _(edited by the approver)_" in block_text(message["blocks"])) is edited
         assert card_updates(self.fake, card)
 
     def expect_open(self, card: PostedCard) -> None:
         message = card.message(self.fake)
         (actions,) = [b for b in message["blocks"] if b["type"] == "actions"]
-        assert [e["action_id"] for e in actions["elements"]] == ["approve", "reject"]
+        action_ids = [e["action_id"] for e in actions["elements"]]
+        assert (action_ids[0], action_ids[-1]) == ("approve", "reject")  # scopes and Edit… sit between
 
 
 class TestSlackChannel(ChannelContract):

@@ -69,7 +69,8 @@ BOB = SlackUser("U0BOB", "bob")
 MALLORY = SlackUser("U0MALLORY", "mallory")  # a member of the channel who is not an approver
 
 
-def configure(fake_slack: FakeSlack, *, timeout_seconds: int = 1800) -> None:
+def configure(fake_slack: FakeSlack, *, timeout_seconds: int = 1800, gate_keys: str = "") -> None:
+    """The Slack channel and purchasing-bot's gate on TOOL; `gate_keys`: more of the gate's keys, as YAML lines."""
     apply_config(
         f"""
 channels:
@@ -88,7 +89,7 @@ agents:
         channel: ops-slack
         approvers: ["{ALICE.id}", "{BOB.id}"]
         timeout_seconds: {timeout_seconds}
-"""
+{gate_keys}"""
     )
 
 
@@ -227,6 +228,7 @@ def test_the_card_shows_the_call_and_carries_the_approve_and_reject_buttons(slac
     assert f"_Arguments shortened — <{url}|see them all>_" in text
     assert "*Why:* oa__purchase_pay needs approval (finance-gate) _(hook `finance-gate`)_" in text
     assert f"*Expires:* <!date^{int(confirmation.expires_at.timestamp())}^" in text
+    assert f"(<!date^{int(confirmation.expires_at.timestamp())}^{{ago}}|" in text  # the time left, drawn live
     assert "*Approvers:* <@U0ALICE>, <@U0BOB>" in text
     assert f"<{url}|Open in browser>" in text
 
@@ -271,16 +273,16 @@ def test_reject_opens_a_reason_modal_and_the_agent_receives_the_reason(
 
     assert (submitted.status_code, submitted.json()) == (200, {"response_action": "clear"})
     answer = waiting.result(timeout=WAIT).json()
-    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob: Over budget this quarter")
+    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob (slack:U0BOB): Over budget this quarter")
     confirmation = ConfirmationRequest.objects.get()
     assert (confirmation.status, confirmation.decision_reason) == ("rejected", "Over budget this quarter")
     assert list(ApproverResponse.objects.values_list("approver", "decision", "reason")) == [
-        (BOB.id, "reject", "Over budget this quarter")
+        (f"slack:{BOB.id}", "reject", "Over budget this quarter")
     ]
 
     wait_until(lambda: card_updates(fake_slack, card))
     message = assert_buttons_gone(fake_slack, card)
-    assert message["text"].startswith("❌ Rejected by bob at <!date^")
+    assert message["text"].startswith(f"❌ Rejected by <@{BOB.id}> at <!date^")
     assert "— Over budget this quarter" in block_text(message["blocks"])
 
 
@@ -327,7 +329,7 @@ def test_a_non_approvers_clicks_change_nothing_and_they_are_told_why(slack_agent
     assert ApproverResponse.objects.count() == 0
     assert event_kinds(confirmation_id) == ["created", "card_posted", "refused_click", "refused_click"]
     refused = ConfirmationEvent.objects.filter(kind="refused_click")
-    assert {(e.actor, e.channel) for e in refused} == {(MALLORY.id, "ops-slack")}  # both clicks in the trail
+    assert {(e.actor, e.channel) for e in refused} == {(f"slack:{MALLORY.id}", "ops-slack")}  # both clicks in the trail
     assert fake_slack.calls("chat.update") == []
 
 

@@ -135,12 +135,12 @@ def test_an_approve_click_over_socket_mode_is_acked_by_envelope_id_within_3_s_an
     assert ack is not None and ack.envelope_id == "env-approve-1"
     assert ack.seconds < 3 and ack.payload is None  # a button click's answer is an empty ack
     answer = waiting.result(timeout=WAIT).json()
-    assert (answer["decision"], answer["reason"]) == ("allow", "approved by alice")
+    assert (answer["decision"], answer["reason"]) == ("allow", "approved by alice (slack:U0ALICE)")
     confirmation = ConfirmationRequest.objects.get()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "alice")
-    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [(ALICE[0], "approve")]
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "slack:U0ALICE")
+    assert list(ApproverResponse.objects.values_list("approver", "decision")) == [("slack:U0ALICE", "approve")]
     (update,) = wait_until(slack.card_updates, what="the card to be redrawn")
-    assert update["text"].startswith("✅ Approved by alice at")
+    assert update["text"].startswith("✅ Approved by <@U0ALICE> at")
     assert [b for b in update["blocks"] if b["type"] == "actions"] == []
 
 
@@ -188,9 +188,9 @@ def test_reject_opens_the_reason_form_and_its_submission_is_answered_in_the_ack(
 
     assert submitted is not None and submitted.payload == {"response_action": "clear"}
     answer = waiting.result(timeout=WAIT).json()
-    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob: Over budget")
+    assert (answer["decision"], answer["reason"]) == ("deny", "rejected by bob (slack:U0BOB): Over budget")
     (update,) = wait_until(slack.card_updates, what="the card to be redrawn")
-    assert update["text"].startswith("❌ Rejected by bob at")
+    assert update["text"].startswith("❌ Rejected by <@U0BOB> at")
 
 
 def test_a_non_approvers_click_changes_nothing_and_they_are_told_why(slack):

@@ -4,7 +4,9 @@ a click is the page's form POSTed by a signed-in approver, what they are told is
 from __future__ import annotations
 
 import html
+import json
 import re
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -12,24 +14,25 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ConfirmationRequest
-from tests.channels_ext.contract import TOOL, ChannelContract, Person, Told
+from tests.channels_ext.contract import TOOL, ChannelContract, Person, Told, gate_keys
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import AgentClient, apply_config, make_agent_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 _FLASH = re.compile(r'<li class="[^"]*" role="status">(.*?)</li>', re.S)
+_SCOPE_BUTTON = re.compile(r'<button class="approve scope" type="submit" name="grant" value="\d+">(.*?)</button>', re.S)
 
 
 class WebDriver:
-    approvers = (Person("alice", "alice", "alice"), Person("bob", "bob", "bob"))
-    outsider = Person("carol", "carol", "carol")  # signed in, but not an approver
+    approvers = (Person("alice", "alice", "web:alice"), Person("bob", "bob", "web:bob"))
+    outsider = Person("carol", "carol", "web:carol")  # signed in, but not an approver
     duplicate_told = "Already approved by {by}."
 
     def __init__(self, live_gateway):
         self.live_gateway = live_gateway
 
-    def deploy(self, *, timeout_seconds: int = 1800) -> AgentClient:
+    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
         apply_config(
             f"""
 channels: [{{name: web, kind: web}}]
@@ -42,7 +45,7 @@ agents:
         channel: web
         approvers: [alice, bob]
         timeout_seconds: {timeout_seconds}
-"""
+{gate_keys(gate or {})}"""
         )
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
@@ -54,9 +57,9 @@ agents:
         assert client.login(username=person.id, password=PASSWORD)
         return client
 
-    def _post(self, client: Client, page: str, decision: str, reason: str) -> Told:
+    def _post(self, client: Client, page: str, decision: str, reason: str, **more: Any) -> Told:
         try:
-            response = client.post(page, {"decision": decision, "reason": reason}, follow=True)
+            response = client.post(page, {"decision": decision, "reason": reason, **more}, follow=True)
             flashes = [html.unescape(m).strip() for m in _FLASH.findall(response.content.decode())]
             return Told(taken=response.status_code == 200, text=flashes[0] if flashes else None)
         finally:
@@ -76,15 +79,30 @@ agents:
         client = self._signed_in(person, enforce_csrf_checks=True)
         return client.post(card, {"decision": decision, "reason": ""}).status_code
 
+    def edit(self, card: str, person: Person, edits: dict[str, Any]) -> Told:
+        # The page's form: one JSON field per editable argument, named edit.<path>.
+        fields = {f"edit.{path}": json.dumps(value) for path, value in edits.items()}
+        return self._post(self._signed_in(person), card, "approve", "", **fields)
+
+    def scope_buttons(self, card: str) -> list[str]:
+        return [html.unescape(text).strip() for text in _SCOPE_BUTTON.findall(self._page(card))]
+
+    def approve_for(self, card: str, person: Person, scope: int) -> Told:
+        return self._post(self._signed_in(person), card, "", "", grant=scope)
+
     def _page(self, card: str) -> str:
         return self._signed_in(self.approvers[0]).get(card).content.decode()
 
-    def expect_decided(self, card: str, *, status: str, by: Person | None, reason: str = "") -> None:
+    def expect_decided(
+        self, card: str, *, status: str, by: Person | None, reason: str = "", edited: bool = False
+    ) -> None:
         page = self._page(card)
+        assert ('id="edited-badge"' in page) is edited
+        assert ('id="approved-arguments"' in page) is edited
         verb = {"approved": "Approved", "rejected": "Rejected", "expired": "Expired", "cancelled": "Cancelled"}[status]
-        said = f"<strong>{verb}</strong>"
+        said = f"<strong>{verb}</strong>" + (' <span class="edited" id="edited-badge">edited</span>' if edited else "")
         if by is not None:
-            said += f" by {by.decided_by}"
+            said += f" by {html.escape(by.label)}"
         assert said in page
         assert f'id="request" data-status="{status}"' in page
         assert 'name="decision"' not in page  # no buttons once decided

@@ -89,7 +89,7 @@ def test_the_demo_agent_waits_on_the_printed_page_and_pays_when_approved(live_ga
 
     assert code == 0, output
     assert "this call needs a human decision. Waiting for someone to approve or reject it here:" in output
-    assert "allowed (approved by admin). Paying invoice INV-2024-0117 ... done." in output
+    assert "allowed (approved by web:admin). Paying invoice INV-2024-0117 ... done." in output
     confirmation = ConfirmationRequest.objects.get()
     assert (confirmation.tool_name, confirmation.status) == ("oa__purchase_pay", "approved")
 
@@ -98,4 +98,4 @@ def test_the_demo_agent_stops_with_the_reason_when_rejected(live_gateway, demo_k
     code, output = run_demo_agent(live_gateway, demo_key, "reject", reason="not this month")
 
     assert code == 1, output
-    assert "not allowed (deny: rejected by admin: not this month). Not paying; stopping here." in output
+    assert "not allowed (deny: rejected by web:admin: not this month). Not paying; stopping here." in output

@@ -80,11 +80,11 @@ def test_an_approval_is_recorded_with_the_approvers_username_and_shown(agent, pe
     response = alice.post(page_url(confirmation), {"decision": "approve", "reason": ""}, follow=True)
 
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "alice")
-    assert ApproverResponse.objects.get().approver == "alice"
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:alice")
+    assert ApproverResponse.objects.get().approver == "web:alice"
     html = response.content.decode()
     assert "Approved." in html  # the message
-    assert "<strong>Approved</strong> by alice at" in html
+    assert "<strong>Approved</strong> by web:alice at" in html
     assert 'name="decision"' not in html  # no buttons once decided
 
 
@@ -94,15 +94,15 @@ def test_a_second_click_is_told_the_request_was_already_decided_and_by_whom(agen
 
     response = signed_in("alice").post(page_url(confirmation), {"decision": "approve"}, follow=True)
 
-    assert "Already rejected by bob: not this quarter" in response.content.decode()
+    assert "Already rejected by web:bob: not this quarter" in response.content.decode()
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("rejected", "bob")
+    assert (confirmation.status, confirmation.decided_by) == ("rejected", "web:bob")
     # (card delivery events depend on whether a worker is running; the decision trail does not)
     decisions = confirmation.events.exclude(kind__in=["card_posted", "card_updated"])
     assert list(decisions.values_list("kind", "actor")) == [
         ("created", "agent:purchasing-bot"),
-        ("rejected", "bob"),
-        ("late_click", "alice"),
+        ("rejected", "web:bob"),
+        ("late_click", "web:alice"),
     ]
 
 
@@ -126,7 +126,7 @@ def test_a_rejection_reason_reaches_the_waiting_agent(agent, people):
 
     body = held.result()
     assert body["decision"] == "deny"
-    assert body["reason"] == "rejected by alice: over budget"
+    assert body["reason"] == "rejected by web:alice: over budget"
 
 
 def test_someone_who_is_not_an_approver_sees_it_read_only_and_a_forged_post_changes_nothing(agent, people):
@@ -143,7 +143,7 @@ def test_someone_who_is_not_an_approver_sees_it_read_only_and_a_forged_post_chan
     confirmation.refresh_from_db()
     assert confirmation.status == "pending"
     refused = ConfirmationEvent.objects.get(kind="refused_click")
-    assert refused.actor == "carol"
+    assert refused.actor == "web:carol"
     assert not ApproverResponse.objects.exists()
 
 
@@ -193,8 +193,8 @@ def test_staff_with_the_change_permission_may_decide_any_request_as_themselves(a
     olga.post(page_url(confirmation), {"decision": "approve"})
 
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "olga")
-    assert confirmation.events.get(kind="approved").actor == "olga"
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:olga")
+    assert confirmation.events.get(kind="approved").actor == "web:olga"
 
 
 def test_staff_without_the_change_permission_only_look(agent, people):
@@ -234,7 +234,7 @@ agents:
 
     signed_in("olga").post(page_url(confirmation), {"decision": "approve"})
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "olga")
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:olga")
 
 
 def test_the_inbox_lists_what_waits_for_the_signed_in_approver(agent, people):
@@ -256,7 +256,7 @@ def test_the_state_url_answers_the_requests_current_state_as_json(agent, people)
     state = signed_in("carol").get(reverse("approval-state", args=[confirmation.pk])).json()
 
     assert state["status"] == "approved"
-    assert state["decided_by"] == "bob"
+    assert state["decided_by"] == "web:bob"
 
 
 def test_once_escalated_to_another_web_channel_its_approvers_decide_on_the_page(live_gateway, people):
@@ -288,5 +288,5 @@ agents:
     signed_in("dave").post(page_url(confirmation), {"decision": "approve"})
 
     confirmation.refresh_from_db()
-    assert (confirmation.status, confirmation.decided_by) == ("approved", "dave")
+    assert (confirmation.status, confirmation.decided_by) == ("approved", "web:dave")
     assert ApproverResponse.objects.get().channel == "managers"

@@ -68,7 +68,7 @@ def test_it_takes_screenshots_of_the_approval_page_and_the_admin_list(
 
     page.fill("#reason", "")
     page.get_by_role("button", name="Approve").click()
-    expect(page.locator("#decision-text")).to_contain_text("Approved by alice")
+    expect(page.locator("#decision-text")).to_contain_text("Approved by web:alice")
     page.screenshot(path=folder / "approval-page-approved.png", full_page=True)
 
     staff = new_page()

@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("approvals", "0003_tamper_evident_audit")]
+    dependencies = [("approvals", "0005_tamper_evident_audit")]
 
     operations = [
         migrations.AddField(

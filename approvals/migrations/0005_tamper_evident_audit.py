@@ -5,9 +5,25 @@ import django.utils.timezone
 from django.db import migrations, models
 
 
+# The chained columns as of this migration (approvals.audit.TOOL_CALL_FIELDS, EVENT_FIELDS then).
+TOOL_CALL_FIELDS = (
+    "id", "agent_id", "session_id", "turn_id", "tool_call_id", "tool_name", "tool_args", "user_id", "metadata",
+    "decision", "reason", "decided_by_hook", "hook_decisions", "config_version", "confirmation_id",
+    "idempotency_key", "request_fingerprint", "response", "created_at", "outcome", "result", "result_size",
+    "duration_ms", "completed_at", "grant_id", "ran_args",
+)  # fmt: skip
+EVENT_FIELDS = ("id", "confirmation_id", "kind", "actor", "channel", "message", "data", "created_at")
+
+
 def link_existing_rows(apps, schema_editor):
     """Rows written before the audit existed start each agent's chain, oldest first (docs/audit.md)."""
-    from approvals.audit import EVENT_FIELDS, GENESIS, TOOL_CALL_FIELDS, content_hash, entry_hash, entry_tail
+    import hashlib
+
+    from approvals.audit import GENESIS, canonical, entry_hash, entry_tail
+
+    def content_hash(source, row):  # approvals.audit.content_hash over the columns as of this migration
+        fields = TOOL_CALL_FIELDS if source == "tool_call" else EVENT_FIELDS
+        return hashlib.sha256(canonical({"source": source, **{f: row[f] for f in fields}}).encode()).hexdigest()
 
     ToolCall = apps.get_model("approvals", "ToolCall")
     ConfirmationEvent = apps.get_model("approvals", "ConfirmationEvent")
@@ -42,7 +58,7 @@ def link_existing_rows(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0002_hook_state_moves_to_hooks'),
+        ('approvals', '0004_channel_qualified_deciders'),
     ]
 
     operations = [

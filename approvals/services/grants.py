@@ -1,0 +1,122 @@
+"""Grants: an approver's "approve for a scope" (docs/approving.md).
+
+A grant is made in the transaction that approves its request, from one of the
+scopes the gate offered (`grants:`). The ask path of pre-tool-use uses one — it
+is consulted only where a gate would ask, after every deny rule had its say —
+with ONE conditional UPDATE that re-checks the grant is still live; revoking is
+the same kind of UPDATE. Both lock the grant's row, so a revocation and a call
+racing it are ordered: a call either used the grant before the revocation
+committed, or it asks a human.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import connection
+from django.db.models import DateTimeField, F, Func, Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from approvals import selectors
+from approvals.models import Agent, ConfirmationRequest, EventKind, Grant, GrantScope
+from approvals.services.records import event_record
+from channels_ext.base import actor_label
+from hooks.base import grant_label
+
+
+def _clock() -> Func:
+    """The database's clock at the moment the row is written — after any lock wait, unlike `now()`,
+    which is the transaction's start: a revocation that waited for a call's use is stamped after it."""
+    if connection.vendor == "postgresql":
+        return Func(function="clock_timestamp", output_field=DateTimeField())
+    return Now()
+
+
+def grant_create(
+    *,
+    confirmation: ConfirmationRequest,
+    option: dict[str, Any],
+    granted_by: str,
+    granted_by_name: str,
+    channel: str,
+    now: dt.datetime | None = None,
+) -> Grant:
+    """Record the scope an approval was given for (the caller holds the approving transaction)."""
+    now = now or timezone.now()
+    minutes = option.get("minutes") if option.get("scope") == GrantScope.MINUTES else None
+    grant = Grant.objects.create(
+        agent_id=confirmation.agent_id,
+        session_id=confirmation.session_id,
+        tool_name=confirmation.tool_name,
+        gate=confirmation.hook_name,
+        args_fingerprint=confirmation.args_fingerprint if option.get("args") != "any" else "",
+        scope=option["scope"],
+        minutes=minutes,
+        expires_at=now + dt.timedelta(minutes=minutes) if minutes else None,
+        granted_by=granted_by,
+        granted_by_name=granted_by_name,
+        channel=channel,
+        confirmation=confirmation,
+    )
+    until = f" until {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC" if grant.expires_at else ""
+    event_record(
+        confirmation,
+        EventKind.GRANTED,
+        actor=granted_by,
+        channel=channel,
+        message=(
+            f"approved {grant_label(option)}: later calls of {confirmation.tool_name} in session "
+            f"{confirmation.session_id} are allowed without asking{until}"
+        ),
+        data={"grant": str(grant.pk), "scope": grant.scope, "minutes": minutes, "args": option.get("args", "same")},
+    )
+    return grant
+
+
+def grant_use(
+    *, agent: Agent, session_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime | None = None
+) -> Grant | None:
+    """Use a live grant covering this call, if there is one: one conditional UPDATE (inside the
+    caller's transaction, which records the call it allowed). None: ask a human."""
+    now = now or timezone.now()
+    for pk in selectors.live_grant_for(
+        agent=agent, session_id=session_id, tool_name=tool_name, gate=gate, fingerprint=fingerprint, now=now
+    ):
+        used = (
+            Grant.objects.filter(pk=pk, revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            .update(uses=F("uses") + 1, last_used_at=_clock())
+        )
+        if used:
+            return Grant.objects.get(pk=pk)
+    return None
+
+
+def grant_revoke(*, grant_id: Any, actor: str) -> bool:
+    """Revoke a grant at once (one conditional UPDATE). False if it was already revoked."""
+    revoked = Grant.objects.filter(pk=grant_id, revoked_at__isnull=True).update(revoked_at=_clock(), revoked_by=actor)
+    if revoked:
+        grant = Grant.objects.get(pk=grant_id)
+        event_record(
+            grant.confirmation_id,
+            EventKind.GRANTED,
+            actor=actor,
+            message=f"grant {str(grant.pk)[:8]} ({grant.scope_label}) revoked after {grant.uses} use(s)",
+            data={"grant": str(grant.pk), "revoked": True},
+        )
+    return bool(revoked)
+
+
+def grants_end_session(*, agent: Agent, session_id: str) -> int:
+    """A session ended: its grants end with it. How many were live."""
+    return Grant.objects.filter(agent=agent, session_id=session_id, revoked_at__isnull=True).update(
+        revoked_at=_clock(), revoked_by="gateway: the session ended"
+    )
+
+
+def grant_reason(grant: Grant) -> str:
+    """What the agent and the audit are told about a call a grant allowed."""
+    who = actor_label(grant.granted_by, grant.granted_by_name)
+    return f"allowed by grant {str(grant.pk)[:8]}: approved {grant.scope_label} by {who} at {grant.created_at:%Y-%m-%d %H:%M:%S} UTC"
