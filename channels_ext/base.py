@@ -41,10 +41,16 @@ class ChannelKind:
     # Its cards can list the calls of one turn (`CardView.items`) and decide them together;
     # if not, each call of a turn gets a card of its own.
     turn_cards: bool = True
+    # Its card is the gateway's own page (`post_card` returns {"url": the request's page};
+    # `update_card` and `notify_approvers` reach nothing outside): the gateway records such a
+    # card as posted when the request is created and writes no outbox rows to draw or redraw it.
+    draws_itself: bool = False
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
-    "web": ChannelKind("channels_ext.web.config.WebChannelConfig", "channels_ext.web.adapter.WebAdapter"),
+    "web": ChannelKind(
+        "channels_ext.web.config.WebChannelConfig", "channels_ext.web.adapter.WebAdapter", draws_itself=True
+    ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
 }
@@ -289,6 +295,11 @@ def _kind(kind: str) -> ChannelKind:
         return CHANNEL_KINDS[kind]
     except KeyError:
         raise ValueError(f"unknown channel kind {kind!r}; known: {', '.join(sorted(CHANNEL_KINDS))}") from None
+
+
+def draws_itself(kind: str) -> bool:
+    """Whether a kind's card is the gateway's own page (`ChannelKind.draws_itself`)."""
+    return _kind(kind).draws_itself
 
 
 def has_turn_cards(kind: str) -> bool:

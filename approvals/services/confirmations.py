@@ -35,18 +35,21 @@ from approvals.models import (
     EventKind,
     Outbox,
     OutboxKind,
+    OutboxStatus,
     Status,
 )
 from approvals.services.records import (
     changes_notify,
     event_record,
     event_record_many,
+    needing_redraw,
     outbox_add,
     outbox_add_many,
+    redraw_add,
 )
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
-from channels_ext.base import Callback, DecisionOutcome, has_turn_cards
+from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label
 from hooks.chain import mask_args
@@ -154,10 +157,27 @@ def confirmation_create(
             message=f"shown with the other calls of turn {turn_id} on the card of request {lead_id}",
             data={"lead": str(lead_id), "turn_id": turn_id},
         )
-        outbox_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
+        redraw_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
     else:
-        outbox_add(confirmation, OutboxKind.CARD, channel=channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
+        card_add(confirmation, channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
     return confirmation
+
+
+def card_add(confirmation: ConfirmationRequest, channel: Channel, *, dedupe_key: str) -> None:
+    """The request's card on `channel`: an outbox row a worker delivers — or, for a channel whose card
+    is the gateway's own page (`draws_itself`: the web channel), a row written as sent, with its
+    `card_posted` event, in this transaction: the page is up the moment the request commits, and no
+    worker is involved."""
+    if not draws_itself(channel.kind):
+        outbox_add(confirmation, OutboxKind.CARD, channel=channel, dedupe_key=dedupe_key)
+        return
+    ref = {"url": selectors.confirmation_url(confirmation)}
+    sent = outbox_add(
+        confirmation, OutboxKind.CARD, channel=channel, dedupe_key=dedupe_key,
+        status=OutboxStatus.SENT, sent_at=timezone.now(), message_ref=ref,
+    )  # fmt: skip
+    if sent is not None:
+        event_record(confirmation, EventKind.CARD_POSTED, channel=channel.name, data={"ref": ref})
 
 
 # --------------------------------------------------------------------------- deciding
@@ -212,7 +232,7 @@ def confirmation_transition(
     )
     changes_notify([confirmation.pk])
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
-    outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
+    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
     if confirmation.callback_url:
         outbox_add(confirmation, OutboxKind.WEBHOOK, dedupe_key=f"{confirmation.pk}:webhook")
     return True
@@ -443,7 +463,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
         data=who,
     )
     changes_notify([confirmation.pk])  # WebSocket watchers see the count move
-    outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
+    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 
 
@@ -560,11 +580,11 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         )
         if confirmation_ids is not None:
             due = due.filter(pk__in=confirmation_ids)
-        rows = list(due.order_by("expires_at").values_list("pk", "agent_id", "callback_url")[:limit])
+        rows = list(due.order_by("expires_at").values_list("pk", "agent_id", "callback_url", "batch_lead_id")[:limit])
         if not rows:
             return []
-        ids = [pk for pk, _, _ in rows]
-        callbacks = {pk: url for pk, _, url in rows}
+        ids = [pk for pk, _, _, _ in rows]
+        callbacks = {pk: url for pk, _, url, _ in rows}
         ConfirmationRequest.objects.filter(pk__in=ids).update(
             status=Status.EXPIRED,
             decided_by=SYSTEM_ACTOR,
@@ -576,8 +596,13 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids
         ]
-        event_record_many([(agent_id, event) for (_, agent_id, _), event in zip(rows, expired)])
-        outbox = [Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired") for pk in ids]
+        event_record_many([(agent_id, event) for (_, agent_id, _, _), event in zip(rows, expired)])
+        redrawn = needing_redraw({pk: lead for pk, _, _, lead in rows})
+        outbox = [
+            Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired")
+            for pk in ids
+            if pk in redrawn
+        ]
         outbox += [
             Outbox(confirmation_id=pk, kind=OutboxKind.WEBHOOK, dedupe_key=f"{pk}:webhook")
             for pk in ids
@@ -621,7 +646,7 @@ def confirmation_remind(*, confirmation_id: Any, now: dt.datetime) -> bool:
         approvals = confirmation.responses.filter(decision="approve").count()
         text += f" ({approvals} of {confirmation.approvals_required} approvals so far)"
     event_record(confirmation, EventKind.REMINDED, actor=SYSTEM_ACTOR, message=text)
-    outbox_add(confirmation, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
+    redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
     return True
 
 
@@ -648,7 +673,7 @@ def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
     confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
     text = warning_text(confirmation, now=now)
     event_record(confirmation, EventKind.WARNED, actor=SYSTEM_ACTOR, message=text)
-    outbox_add(confirmation, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
+    redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
     return True
 
 
@@ -675,6 +700,6 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
         message=f"escalated to {target.name} ({who}); approvers on {confirmation.channel.name} may still decide",
     )
     # Its own dedupe key: an escalation to the request's own channel still posts a second card.
-    outbox_add(confirmation, OutboxKind.CARD, channel=target, dedupe_key=f"{confirmation.pk}:card:{target.name}:escalation")
-    outbox_add(confirmation, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:escalated")
+    card_add(confirmation, target, dedupe_key=f"{confirmation.pk}:card:{target.name}:escalation")
+    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:escalated")
     return True

@@ -14,10 +14,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
-from approvals.models import ApproverResponse, AuditAction, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.models import (
+    ApproverResponse,
+    AuditAction,
+    Channel,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Outbox,
+    OutboxKind,
+    OutboxStatus,
+)
 from approvals.services.audit import audit_append, audit_append_many
+from channels_ext.base import CHANNEL_KINDS
 from gateway import realtime
 from gateway.celery import app
 
@@ -59,15 +69,83 @@ def outbox_add(
     dedupe_key: str,
     channel: Channel | None = None,
     payload: dict[str, Any] | None = None,
-) -> None:
-    """Write an outbox row (idempotent on `dedupe_key`) and queue its delivery after commit."""
+    **row: Any,
+) -> int | None:
+    """Write an outbox row (idempotent on `dedupe_key`: ONE statement, no read first) and queue its
+    delivery after commit; the new row's id, or None if the key was there already. `row` sets
+    other columns — a row written `status=SENT` is done already, and is not queued."""
     confirmation_id = confirmation.pk if isinstance(confirmation, ConfirmationRequest) else confirmation
-    row, created = Outbox.objects.get_or_create(
-        dedupe_key=dedupe_key,
-        defaults={"confirmation_id": confirmation_id, "kind": kind, "channel": channel, "payload": payload or {}},
+    outbox = Outbox(
+        confirmation_id=confirmation_id, kind=kind, channel=channel, payload=payload or {}, dedupe_key=dedupe_key, **row
     )
-    if created:
-        transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, row.pk), robust=True)
+    return _outbox_insert(outbox)
+
+
+def redraw_add(confirmation_id: Any, kind: str, *, dedupe_key: str, payload: dict[str, Any] | None = None) -> None:
+    """Write an UPDATE or REMIND row for a request — only if a card shows it somewhere that does not
+    draw itself (`channels_ext.base.ChannelKind.draws_itself`): its own card, or its turn's card
+    on its lead. A request shown only on the web page needs no redraw (the page reads the row).
+    One statement: the check rides on the INSERT."""
+    cards = connection.ops.quote_name(Outbox._meta.db_table)
+    channels = connection.ops.quote_name(Channel._meta.db_table)
+    requests = connection.ops.quote_name(ConfirmationRequest._meta.db_table)
+    kinds = sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself) or [""]
+    where = (
+        f"EXISTS (SELECT 1 FROM {cards} c JOIN {channels} ch ON ch.id = c.channel_id "
+        f"WHERE c.kind = %(card_kind)s AND ch.kind NOT IN ({', '.join(f'%(k{i})s' for i in range(len(kinds)))}) "
+        f"AND (c.confirmation_id = %(request)s "
+        f"OR c.confirmation_id = (SELECT r.batch_lead_id FROM {requests} r WHERE r.id = %(request)s)))"
+    )
+    params = {"card_kind": OutboxKind.CARD, "request": confirmation_id, **{f"k{i}": k for i, k in enumerate(kinds)}}
+    outbox = Outbox(confirmation_id=confirmation_id, kind=kind, payload=payload or {}, dedupe_key=dedupe_key)
+    _outbox_insert(outbox, where=where, params=params)
+
+
+def needing_redraw(leads: dict[Any, Any]) -> set[Any]:
+    """Of these requests (`{id: its turn's lead or None}`), those a card shows somewhere that does not
+    draw itself — the ones `redraw_add` would write a row for. One query, however many."""
+    owners = {*leads, *(lead for lead in leads.values() if lead is not None)}
+    shown = set(
+        Outbox.objects.filter(kind=OutboxKind.CARD, confirmation_id__in=owners)
+        .exclude(channel__kind__in=[kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself])
+        .values_list("confirmation_id", flat=True)
+    )
+    return {pk for pk, lead in leads.items() if pk in shown or lead in shown}
+
+
+def _outbox_insert(outbox: Outbox, *, where: str = "", params: dict[str, Any] | None = None) -> int | None:
+    sql, values = insert_statement(outbox, where=where)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} ON CONFLICT (dedupe_key) DO NOTHING RETURNING id", {**values, **(params or {})})
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return None
+    outbox.pk = inserted[0]
+    if outbox.status != OutboxStatus.SENT:
+        transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, outbox.pk), robust=True)
+    return outbox.pk
+
+
+def insert_statement(instance: Any, *, where: str = "") -> tuple[str, dict[str, Any]]:
+    """`INSERT INTO <table> (<columns>) SELECT <values> WHERE <where>` for one unsaved model instance,
+    with named parameters (`c0`, `c1`, …), for the writes the ORM cannot make one statement of: a
+    conditional insert, an insert that skips a conflict, one that carries its audit entry."""
+    meta = instance._meta
+    fields = [
+        f for f in meta.local_concrete_fields if not (f is meta.auto_field and getattr(instance, f.attname) is None)
+    ]
+    quote = connection.ops.quote_name
+    params = {
+        f"c{i}": field.get_db_prep_save(field.pre_save(instance, add=True), connection=connection)
+        for i, field in enumerate(fields)
+    }
+    if connection.vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
+        placeholders = ", ".join(f"%(c{i})s::{field.db_type(connection)}" for i, field in enumerate(fields))
+    else:
+        placeholders = ", ".join(f"%(c{i})s" for i in range(len(fields)))
+    columns = ", ".join(quote(f.column) for f in fields)
+    # (`WHERE true` also keeps SQLite from reading a following ON CONFLICT as a join's.)
+    return f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders} WHERE {where or 'true'}", params
 
 
 def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
@@ -80,6 +158,8 @@ def outbox_add_many(rows: list[Outbox]) -> None:
     """Write several outbox rows whose dedupe keys cannot exist yet (e.g. each request's redraw for a
     state it just entered) in one statement, and queue them for delivery after commit, a batch per
     message (thousands of requests expiring at once are thousands of rows, not thousands of messages)."""
+    if not rows:
+        return
     created = [row.pk for row in Outbox.objects.bulk_create(rows)]
     batches = [created[i : i + OUTBOX_BATCH] for i in range(0, len(created), OUTBOX_BATCH)]
     transaction.on_commit(lambda: [enqueue(DELIVER_OUTBOX_BATCH_TASK, batch) for batch in batches], robust=True)

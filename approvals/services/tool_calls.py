@@ -34,6 +34,7 @@ from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_insert_linked
 from approvals.services.confirmations import confirmation_create
+from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
@@ -175,30 +176,24 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
     """INSERT the record and link it into its agent's audit chain, in one statement; with
     `served_under`, only if its agent's generation is still that and its session's context still
     `session_stored` (else StaleCache, nothing written)."""
-    fields = ToolCall._meta.local_concrete_fields
-    quote = connection.ops.quote_name
-    params = {
-        f"c{i}": field.get_db_prep_save(field.pre_save(record, add=True), connection=connection)
-        for i, field in enumerate(fields)
-    }
-    if connection.vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
-        placeholders = ", ".join(f"%(c{i})s::{field.db_type(connection)}" for i, field in enumerate(fields))
-    else:
-        placeholders = ", ".join(f"%(c{i})s" for i in range(len(fields)))
-    sql = f"INSERT INTO {quote(ToolCall._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) SELECT {placeholders}"
+    where, params = "", {}
     if served_under is not None:
-        sql += (
-            f" WHERE EXISTS (SELECT 1 FROM {quote(Agent._meta.db_table)} "
+        quote = connection.ops.quote_name
+        where = (
+            f"EXISTS (SELECT 1 FROM {quote(Agent._meta.db_table)} "
             f"WHERE {quote('id')} = %(served_agent)s AND {quote('generation')} = %(served_under)s)"
         )
-        params.update(served_agent=record.agent_id, served_under=served_under)
+        params = {"served_agent": record.agent_id, "served_under": served_under}
         if connection.vendor == "postgresql":
             unchanged, more = hook_state.session_unchanged(
                 agent=record.agent.name, session_id=record.session_id, stored=session_stored
             )
-            sql += f" AND {unchanged}"
+            where += f" AND {unchanged}"
             params.update(more)
-    if not audit_insert_linked(insert_sql=sql, params=params, agent_id=record.agent_id, action=AuditAction.ASKED, row=record):
+    sql, values = insert_statement(record, where=where)
+    if not audit_insert_linked(
+        insert_sql=sql, params={**values, **params}, agent_id=record.agent_id, action=AuditAction.ASKED, row=record
+    ):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
 
@@ -230,7 +225,7 @@ def _ask_or_grant(
             agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING
         ).exists()
     grant = None
-    if not turn_pending:
+    if not turn_pending and spec.grants:  # a gate that offers no scopes honours none (and reads none)
         grant = grant_use(
             agent=agent, session_id=session_id, tool_name=tool_name, gate=spec.gate, fingerprint=fingerprint,
             now=create.get("now"),

@@ -56,8 +56,11 @@ def test_a_gated_tool_is_pending_with_a_durable_request_and_a_card_row(agent):
     assert confirmation.approvers == ["alice", "bob"]
     assert confirmation.hook_name == "finance-gate"
     assert ToolCall.objects.get().confirmation == confirmation
-    assert list(ConfirmationEvent.objects.values_list("kind", flat=True)) == ["created"]
-    assert Outbox.objects.get().kind == "card"
+    # the web channel's card is the request's page: up (and recorded as posted) at once, no worker
+    assert list(ConfirmationEvent.objects.values_list("kind", flat=True)) == ["created", "card_posted"]
+    card = Outbox.objects.get()
+    assert (card.kind, card.status) == ("card", "sent")
+    assert card.message_ref["url"].endswith(f"/approvals/{confirmation.pk}/")
 
     detail = agent.http.get(f"/api/v1/confirmations/{confirmation.pk}").json()
     assert detail["status"] == "pending"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 
 import httpx
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
-from approvals.models import Agent, AgentConfigVersion, Channel, ConfirmationEvent, Outbox
-from approvals.tasks import relay_outbox
-from tests.conftest import decide
+from approvals.models import Agent, AgentConfigVersion, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.tasks import relay_outbox, run_timers
+from tests.conftest import apply_config, decide, make_agent_client
+from tests.hooks.policy_support import deliver_outbox
 
 from tests.support import wait_until
 
@@ -19,36 +22,98 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 
-def test_a_card_row_survives_a_worker_that_never_ran_and_the_relay_sends_it(agent, settings):
+SLACK_GATE = """
+channels:
+  - {name: web, kind: web}
+  - {name: ops, kind: slack, bot_token: xoxb-1-2-outbox, signing_secret: outbox-secret, channel_id: C0OUTBOX,
+     api_base_url: "%s"}
+agents:
+  - name: purchasing-bot
+    hooks: [{kind: approval_gate, tools: ["oa__purchase_pay"], channel: ops, approvers: [], timeout_seconds: 600}]
+"""
+
+
+@pytest.fixture
+def slack_agent(live_gateway, fake_slack):
+    """purchasing-bot, whose oa__purchase_pay is asked on Slack: a card posted and redrawn through the outbox."""
+    apply_config(SLACK_GATE % fake_slack.base_url)
+    client = make_agent_client(live_gateway, "purchasing-bot")
+    yield client
+    client.http.close()
+
+
+def test_a_card_row_survives_a_worker_that_never_ran_and_the_relay_sends_it(slack_agent, fake_slack, settings):
     settings.GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = 0
-    agent.pre_tool_use("oa__purchase_pay", {"amount": 3})  # no worker is running: the queued task is never taken
+    slack_agent.pre_tool_use("oa__purchase_pay", {"amount": 3})  # no worker is running: the queued task is never taken
     row = Outbox.objects.get()
-    assert row.status == "pending"
+    assert (row.kind, row.status) == ("card", "pending")
 
     assert relay_outbox.apply().get() == 1
 
     row.refresh_from_db()
     assert row.status == "sent"
-    assert row.message_ref["url"].endswith(f"/approvals/{row.confirmation_id}/")
+    assert row.message_ref["channel"] == "C0OUTBOX" and row.message_ref["ts"]
+    assert len(fake_slack.calls("chat.postMessage")) == 1
     assert ConfirmationEvent.objects.filter(kind="card_posted").count() == 1
     assert relay_outbox.apply().get() == 0  # sent once, never again
 
 
-def test_the_relay_leaves_fresh_rows_to_the_worker(agent, settings):
+def test_the_relay_leaves_fresh_rows_to_the_worker(slack_agent, settings):
     settings.GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = 60
-    agent.pre_tool_use("oa__purchase_pay", {})
+    slack_agent.pre_tool_use("oa__purchase_pay", {})
 
     assert relay_outbox.apply().get() == 0
     assert Outbox.objects.get().status == "pending"
 
 
-def test_a_running_worker_delivers_the_card_and_the_redraw(agent, celery_worker):
-    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+def test_a_running_worker_delivers_the_card_and_the_redraw(slack_agent, fake_slack, celery_worker):
+    confirmation_id = slack_agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
     assert wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists())
+
+    assert decide(confirmation_id, "approve", actor="U0ALICE", channel="ops").applied
+
+    assert wait_until(lambda: Outbox.objects.filter(kind="update", status="sent").exists())
+    assert len(fake_slack.calls("chat.update")) == 1
+
+
+def test_a_reminder_and_a_warning_on_slack_are_rows_a_worker_delivers(live_gateway, fake_slack):
+    """Unlike the web page, a Slack card is redrawn (with the note) by the worker for a reminder and a warning."""
+    apply_config(
+        SLACK_GATE.replace("timeout_seconds: 600", "timeout_seconds: 600, remind_after_seconds: 60, warn_before_seconds: 120")
+        % fake_slack.base_url
+    )
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+    deliver_outbox()  # the card is posted
+    past = timezone.now() - dt.timedelta(seconds=1)
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(remind_at=past, warn_at=past)
+
+    assert run_timers.apply().get() | {"counters_purged": 0} == {
+        "reminded": 1, "warned": 1, "escalated": 0, "counters_purged": 0
+    }  # fmt: skip
+
+    rows = Outbox.objects.filter(kind="remind").order_by("pk")
+    assert sorted(row.dedupe_key for row in rows) == [f"{confirmation_id}:remind", f"{confirmation_id}:warn"]
+    deliver_outbox()
+    assert set(Outbox.objects.values_list("status", flat=True)) == {"sent"}
+    notes = sorted(str(call.data["blocks"]) for call in fake_slack.calls("chat.update"))
+    assert len(notes) == 2 and "Deadline soon" in notes[0] and "Reminder" in notes[1]
+    agent.http.close()
+
+
+def test_the_web_page_is_its_own_card_no_worker_draws_or_redraws_it(agent):
+    """The web channel's card is the request's page: recorded as posted in the request's own
+    transaction, and no outbox row is written to draw it, redraw it or remind on it."""
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+    card = Outbox.objects.get()
+    assert (card.kind, card.status, card.attempts) == ("card", "sent", 0)
+    assert card.message_ref["url"].endswith(f"/approvals/{confirmation_id}/")
+    assert list(ConfirmationEvent.objects.values_list("kind", flat=True)) == ["created", "card_posted"]
 
     decide(confirmation_id, "approve")
 
-    assert wait_until(lambda: Outbox.objects.filter(kind="update", status="sent").exists())
+    assert list(Outbox.objects.values_list("kind", flat=True)) == ["card"]  # no redraw row
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
 
 
 def test_apply_config_is_idempotent_and_versions_hook_changes(transactional_db, tmp_path):

@@ -115,6 +115,18 @@ def test_a_grant_covers_only_its_tool_arguments_session_and_time(bot):
     assert Grant.objects.get().uses == 1
 
 
+def test_a_gate_that_stops_offering_scopes_stops_honouring_its_grants(bot):
+    click(ask(bot, "oa__pay", {"amount": 1}).confirmation_id, grant=0)  # this session, any arguments
+    assert ask(bot, "oa__pay", {"amount": 2}).decision == "allow"
+
+    apply_config(CONFIG.replace("        grants: [{scope: session, args: any}, {scope: minutes, minutes: 30, args: same}]\n", ""))
+
+    assert ask(bot, "oa__pay", {"amount": 3}).decision == "pending"
+    assert Grant.objects.get().uses == 1
+    apply_config(CONFIG)  # offered again: the grant, still live, applies again
+    assert ask(bot, "oa__pay", {"amount": 4}).decision == "allow"
+
+
 def test_a_scope_the_gate_does_not_offer_and_an_edit_it_does_not_allow_are_refused(bot):
     pending = ask(bot, "oa__pay", {"amount": 1}).confirmation_id
 
