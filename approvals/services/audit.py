@@ -17,14 +17,26 @@ foreign-key checks of rows inserted about them: deciding a call of a turn
 writes an outbox row for the turn's card on the lead request, and must not wait
 behind a card delivery that holds the lead and waits for the head.
 
+A transaction that writes several chained rows of one agent (creating a
+request: the call, its `created` and `card_posted` events) wraps them in
+`audit_deferred()`: the links are queued as the rows are written and appended
+together when the block ends, in ONE statement per agent that locks the head,
+chains the entries (PostgreSQL computes each hash from the one before) and
+advances the head. The head is then held for that statement and the COMMIT
+only, not from the first event to the end of the transaction, which is what
+lets an agent's requests be created in parallel.
+
 `audit_purge` removes old records and records a checkpoint (the hash of the
 last entry it removed), from which `verify_audit` starts the chain again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection, transaction
@@ -71,6 +83,80 @@ SELECT %(agent)s::bigint, seq, %(action)s::varchar, %(tool_call)s::uuid, %(event
 """
 
 
+# Several links of one agent in one statement (`audit_deferred`): the head locked and read, the
+# entries chained from it one after another (a recursive CTE), written, and the head advanced.
+_APPEND_MANY_SQL = f"""
+WITH RECURSIVE
+old AS (SELECT seq, hash FROM {_HEAD} WHERE agent_id = %(agent)s FOR UPDATE),
+links (i, tail, action, tool_call, event, content, created_at) AS (VALUES {{values}}),
+chain (i, seq, hash, prev) AS (
+    SELECT 0, seq, hash::text, NULL::text FROM old
+    UNION ALL
+    SELECT c.i + 1, c.seq + 1,
+           encode(sha256(convert_to(
+               %(agent)s::text || '|' || (c.seq + 1)::text || '|' || l.tail || '|' || c.hash, 'UTF8')), 'hex'),
+           c.hash
+    FROM chain c JOIN links l ON l.i = c.i + 1
+),
+entries AS (
+    INSERT INTO {_ENTRY} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
+    SELECT %(agent)s::bigint, c.seq, l.action, l.tool_call, l.event, l.content, c.prev, c.hash, l.created_at
+    FROM chain c JOIN links l ON l.i = c.i
+)
+UPDATE {_HEAD} h SET seq = last.seq, hash = last.hash, prev_hash = last.prev
+FROM (SELECT seq, hash, prev FROM chain ORDER BY i DESC LIMIT 1) last
+WHERE h.agent_id = %(agent)s AND last.prev IS NOT NULL
+"""
+_LINK_VALUES = (
+    "(%(i{n})s::int, %(tail{n})s::text, %(action{n})s::varchar, %(tool_call{n})s::uuid, %(event{n})s::bigint, "
+    "%(content{n})s::varchar, %(now{n})s::timestamptz)"
+)
+
+# The links queued by the innermost `audit_deferred` block of this context (None: none is open).
+_deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = contextvars.ContextVar(
+    "audit_deferred", default=None
+)
+
+
+@contextlib.contextmanager
+def audit_deferred() -> Iterator[None]:
+    """Queue the chain links of the writes in this block and append them all when it ends without an
+    error — one statement per agent (PostgreSQL; elsewhere each link is appended as it is made).
+    Open it inside the transaction that writes the rows, so the entries commit with them. Nested
+    blocks share the outer one's queue."""
+    if _deferred.get() is not None or connection.vendor != "postgresql":
+        yield
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("audit_deferred() needs a transaction: the entries must commit with their rows")
+    queued: list[tuple[int, dict[str, Any]]] = []
+    token = _deferred.set(queued)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+    for agent_id in sorted({agent_id for agent_id, _ in queued}):  # heads locked in agent order
+        _append_many(agent_id, [link for owner, link in queued if owner == agent_id])
+
+
+def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
+    values = ", ".join(_LINK_VALUES.format(n=n) for n in range(len(links)))
+    params: dict[str, Any] = {"agent": agent_id}
+    for n, link in enumerate(links):
+        params.update({f"{key}{n}": link[key] for key in ("tail", "action", "tool_call", "event", "content", "now")})
+        params[f"i{n}"] = n + 1
+    sql = _APPEND_MANY_SQL.format(values=values)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount == 1:
+            return
+        # The agent's first entries: give it a head at the genesis, then append.
+        AuditHead.objects.bulk_create([AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)], ignore_conflicts=True)
+        cursor.execute(sql, params)
+        if cursor.rowcount != 1:
+            raise RuntimeError(f"could not advance the audit head of agent {agent_id}")
+
+
 def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
     """The parameters of `_APPEND_SQL` for one write of `row` (as it is now)."""
     if source is None:
@@ -93,6 +179,10 @@ def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = N
     """Link one write of a chained row (a `ToolCall` or a `ConfirmationEvent`, as it is now) into
     its agent's chain. Call it inside the transaction of the write, after it."""
     params = _link(agent_id=agent_id, action=action, row=row, source=source)
+    queued = _deferred.get()
+    if queued is not None:
+        queued.append((agent_id, params))
+        return
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("WITH " + _APPEND_SQL.format(source=""), params)
@@ -108,10 +198,17 @@ def audit_insert_linked(*, insert_sql: str, params: dict[str, Any], agent_id: in
     WHERE may hold it back; the entry is appended only if the row was written. Elsewhere:
     the INSERT, then `audit_append`, in one transaction. One statement means one round trip
     and the head row locked only for that statement, so an agent's writers queue on it for
-    microseconds, not for a transaction's length.
+    microseconds, not for a transaction's length. Inside `audit_deferred()`: the INSERT
+    now, its entry with the block's others at the block's end.
     """
     link = _link(agent_id=agent_id, action=action, row=row, source="tool_call" if isinstance(row, ToolCall) else "event")
+    queued = _deferred.get()
     with connection.cursor() as cursor:
+        if queued is not None:  # the entry goes with the block's others, at its end
+            cursor.execute(insert_sql, params)
+            if cursor.rowcount == 1:
+                queued.append((agent_id, link))
+            return cursor.rowcount == 1
         if connection.vendor == "postgresql":
             sql = f"WITH written AS ({insert_sql} RETURNING 1), " + _APPEND_SQL.format(source="FROM written")
             cursor.execute(sql, {**params, **link})

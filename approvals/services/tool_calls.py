@@ -32,7 +32,7 @@ from approvals.arguments import args_fingerprint, editable_paths, masked_paths
 from approvals.caches import StaleCache, cache
 from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
-from approvals.services.audit import audit_insert_linked
+from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
 from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
@@ -141,7 +141,9 @@ def tool_call_pre(
             with transaction.atomic() if transaction.get_connection().in_atomic_block else contextlib.nullcontext():
                 _insert(record, served_under, stored)
             return answer
-        with transaction.atomic():
+        # The call and its request's events go into the agent's audit chain together, at the end
+        # (`audit_deferred`): the chain's head is held for one statement and the COMMIT.
+        with transaction.atomic(), audit_deferred():
             grant, confirmation = _ask_or_grant(
                 answer,
                 agent=agent,

@@ -8,12 +8,13 @@ import datetime as dt
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import services
 from approvals.audit import audit_verify
 from approvals.caches import StaleCache
+from approvals.services.audit import audit_deferred
 from approvals.models import Agent, AuditEntry, AuditHead, ConfirmationEvent, ConfirmationRequest, ToolCall
 from tests.audit.support import agents, some_history, verify, verify_fails
 from tests.conftest import apply_config
@@ -162,6 +163,63 @@ def test_writers_racing_on_one_agent_never_fork_its_chain(transactional_db):
         hashes = list(AuditEntry.objects.filter(agent=agent).order_by("seq").values_list("prev_hash", "entry_hash"))
         assert all(hashes[i][0] == hashes[i - 1][1] for i in range(1, len(hashes)))
     assert "audit verified" in verify()
+
+
+def test_requests_created_and_decided_in_parallel_on_one_agent_keep_one_chain(transactional_db):
+    """Creating a request links the call and its events together at the end of its transaction
+    (`audit_deferred`: one statement for all three); racing creators and deciders never fork the chain."""
+    payer, _ = agents()
+    per_thread, threads = 5, 8
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+    asked: list[str] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(per_thread):
+                answer = services.tool_call_pre(agent=payer, session_id=f"ask-{n}", tool_name="pay", tool_args={"i": i})
+                asked.append(answer.confirmation_id)
+                if i % 2:  # decide some while others are still being created
+                    assert services.confirmation_transition(answer.confirmation_id, "approved", decided_by="web:alice")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    assert len(set(asked)) == per_thread * threads
+    seqs = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("seq", flat=True))
+    events = ConfirmationEvent.objects.filter(confirmation__agent=payer).count()
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(seqs) == ToolCall.objects.filter(agent=payer).count() + events == AuditHead.objects.get(agent=payer).seq
+    hashes = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("prev_hash", "entry_hash"))
+    assert all(hashes[i][0] == hashes[i - 1][1] for i in range(1, len(hashes)))
+    assert "audit verified" in verify()
+
+
+def test_a_deferred_block_that_fails_links_nothing_and_writes_nothing():
+    payer, _ = agents()
+    services.tool_call_pre(agent=payer, session_id="s", tool_name="ls", tool_args={})
+    head = AuditHead.objects.get(agent=payer).seq
+
+    with pytest.raises(ZeroDivisionError), transaction.atomic(), audit_deferred():
+        services.tool_call_pre(agent=payer, session_id="s", tool_name="pay", tool_args={"n": 1})
+        1 / 0
+
+    assert AuditHead.objects.get(agent=payer).seq == head == AuditEntry.objects.filter(agent=payer).count()
+    assert not ConfirmationRequest.objects.exists()
+    assert "audit verified" in verify()
+
+
+def test_a_deferred_block_needs_a_transaction():
+    with pytest.raises(RuntimeError, match="needs a transaction"), audit_deferred():
+        pass
 
 
 TWO_GATED = """
