@@ -11,6 +11,7 @@ process, carrying the request's new state (`approvals.types.ConfirmationState`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -55,10 +56,14 @@ def event_record(
     else:
         confirmation_id = confirmation
         agent_id = ConfirmationRequest.objects.values_list("agent_id", flat=True).get(pk=confirmation_id)
-    with transaction.atomic(savepoint=False):
-        event = ConfirmationEvent.objects.create(
-            confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
-        )
+    event = ConfirmationEvent(
+        confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
+    )
+    sql, params = insert_statement(event)
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING id", params)
+        event.pk = cursor.fetchone()[0]
+        event._state.adding = False
         audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=event)
 
 
@@ -131,21 +136,28 @@ def insert_statement(instance: Any, *, where: str = "") -> tuple[str, dict[str, 
     with named parameters (`c0`, `c1`, …), for the writes the ORM cannot make one statement of: a
     conditional insert, an insert that skips a conflict, one that carries its audit entry."""
     meta = instance._meta
-    fields = [
-        f for f in meta.local_concrete_fields if not (f is meta.auto_field and getattr(instance, f.attname) is None)
-    ]
-    quote = connection.ops.quote_name
+    with_id = getattr(instance, meta.auto_field.attname) is not None if meta.auto_field else True
+    fields, head = _insert_head(type(instance), connection.vendor, with_id)
     params = {
         f"c{i}": field.get_db_prep_save(field.pre_save(instance, add=True), connection=connection)
         for i, field in enumerate(fields)
     }
-    if connection.vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
+    # (`WHERE true` also keeps SQLite from reading a following ON CONFLICT as a join's.)
+    return f"{head} WHERE {where or 'true'}", params
+
+
+@functools.cache
+def _insert_head(model: type, vendor: str, with_id: bool) -> tuple[list[Any], str]:
+    """The fields and the `INSERT … SELECT <placeholders>` of `insert_statement`, once per model."""
+    meta = model._meta
+    fields = [f for f in meta.local_concrete_fields if with_id or f is not meta.auto_field]
+    quote = connection.ops.quote_name
+    if vendor == "postgresql":  # a bare parameter in a SELECT list has no type of its own
         placeholders = ", ".join(f"%(c{i})s::{field.db_type(connection)}" for i, field in enumerate(fields))
     else:
         placeholders = ", ".join(f"%(c{i})s" for i in range(len(fields)))
     columns = ", ".join(quote(f.column) for f in fields)
-    # (`WHERE true` also keeps SQLite from reading a following ON CONFLICT as a join's.)
-    return f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders} WHERE {where or 'true'}", params
+    return fields, f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders}"
 
 
 def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
