@@ -348,6 +348,7 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
                 callback=Callback(confirmation_id=str(pk), decision=decision, actor=actor, reason=reason),
                 as_admin=True,
                 actor_kind="admin",  # recorded as admin:<username>
+                with_card=False,
             )
             codes[outcome.code] += 1
             if not outcome.applied:

@@ -132,17 +132,17 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 class ConfirmationRequest(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="confirmations")
-    session_id = models.CharField(max_length=200, blank=True, db_index=True)
-    tool_name = models.CharField(max_length=200, db_index=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    tool_name = models.CharField(max_length=200)
     tool_args = models.JSONField(default=dict, help_text="As stored: redacted where a redact hook says so.")
     tool_call_id = models.CharField(max_length=200, blank=True)
-    user_id = models.CharField(max_length=200, blank=True, db_index=True)
+    user_id = models.CharField(max_length=200, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="confirmations")
     approvers = models.JSONField(default=list, blank=True)  # channel-native ids; [] = any member
     approvals_required = models.PositiveSmallIntegerField(default=1)
     allow_self_approval = models.BooleanField(default=False)
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     reason = models.TextField(blank=True, help_text="Why the call was gated.")
     hook_name = models.CharField(max_length=100, blank=True)
     config_version = models.PositiveIntegerField(default=0)
@@ -185,9 +185,17 @@ class ConfirmationRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Every index is paid for on each request created and each decision (a decision changes
+        # `status`, so no update is HOT): these are the ones a query needs (docs/architecture.md).
         indexes = [
             # the expiry sweep: pending rows by deadline
             models.Index(fields=["expires_at"], condition=Q(status="pending"), name="cr_pending_expiry"),
+            # the inbox (pending, oldest first) and the timers' scans of what is pending
+            models.Index(fields=["created_at"], condition=Q(status="pending"), name="cr_pending_created"),
+            # the admin's filters and lookups (plain b-trees: no `_like` twins, nothing uses LIKE)
+            models.Index(fields=["session_id"], name="cr_session"),
+            models.Index(fields=["tool_name"], name="cr_tool_name"),
+            models.Index(fields=["user_id"], name="cr_user"),
             # a call of a turn that already has a pending request joins it (grants wait)
             models.Index(
                 fields=["agent", "session_id", "turn_id"], condition=Q(status="pending"), name="cr_pending_turn"
@@ -279,10 +287,10 @@ class ToolCall(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tool_calls")
-    session_id = models.CharField(max_length=200, blank=True, db_index=True)
+    session_id = models.CharField(max_length=200, blank=True)
     turn_id = models.CharField(max_length=200, blank=True)
-    tool_call_id = models.CharField(max_length=200, blank=True, db_index=True)
-    tool_name = models.CharField(max_length=200, db_index=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    tool_name = models.CharField(max_length=200)
     tool_args = models.JSONField(default=dict, help_text="As stored: redacted where a redact hook says so.")
     user_id = models.CharField(max_length=200, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
@@ -320,6 +328,13 @@ class ToolCall(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="uniq_toolcall_idempotency_key",
             )
+        ]
+        # Each is paid for on every allowed call: the admin's filters and post-tool-use's lookup by
+        # the agent's own call id (plain b-trees: no `_like` twins, nothing uses LIKE).
+        indexes = [
+            models.Index(fields=["session_id"], name="tc_session"),
+            models.Index(fields=["tool_call_id"], name="tc_tool_call_id"),
+            models.Index(fields=["tool_name"], name="tc_tool_name"),
         ]
 
     def __str__(self) -> str:

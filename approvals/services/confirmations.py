@@ -46,6 +46,7 @@ from approvals.services.records import (
     outbox_add,
     outbox_add_many,
     redraw_add,
+    response_add,
 )
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
@@ -196,8 +197,12 @@ def confirmation_transition(
     approved_args: dict[str, Any] | None = None,
     event_message: str = "",
     event_data: dict[str, Any] | None = None,
+    locked: ConfirmationRequest | None = None,
 ) -> bool:
     """pending -> `to_status` as ONE conditional UPDATE. True if this call won.
+
+    `locked`: the request's row as the caller read it under its row lock in this transaction
+    (it is not read again: what the rest needs — its id, agent, callback URL — cannot have changed).
 
     `decided_by` is channel-qualified (`slack:U…`, `web:alice`, `gateway`…), `decided_by_name`
     its display name; an approval with edits sets `arg_edits` and `approved_args` in the same UPDATE.
@@ -221,7 +226,7 @@ def confirmation_transition(
     )
     if not changed:
         return False
-    confirmation = ConfirmationRequest.objects.select_related("channel", "escalate_channel").get(pk=confirmation_id)
+    confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
         confirmation,
         _TERMINAL_EVENT[to_status],
@@ -239,7 +244,7 @@ def confirmation_transition(
 
 
 def confirmation_respond(
-    *, channel_name: str, callback: Callback, as_admin: bool = False, actor_kind: str = ""
+    *, channel_name: str, callback: Callback, as_admin: bool = False, actor_kind: str = "", with_card: bool = True
 ) -> DecisionOutcome:
     """An approver's click (any channel), applied exactly once.
 
@@ -253,6 +258,8 @@ def confirmation_respond(
     `as_admin` (Django admin / staff on the web page) skips the approver list.
     The clicker is recorded channel-qualified: `actor_kind` (`web`, `admin`), or
     the kind of the channel the click came through (`slack:U…`, `feishu:ou_…`).
+    `with_card=False`: the caller draws nothing (the web page, the admin, a batch), so the
+    outcome's `card` is None and the request is not read again after commit.
     """
     if callback.whole_turn:
         return _respond_whole_turn(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
@@ -261,7 +268,7 @@ def confirmation_respond(
             verdict = _respond(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
     except _Duplicate as dup:
         verdict = dup.outcome
-    if verdict.code == "not_found":
+    if verdict.code == "not_found" or not with_card:
         return verdict
     # The card is drawn after commit: the row lock, the NOTIFY and the waiting agent don't wait for it.
     confirmation = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").get(
@@ -286,7 +293,9 @@ def confirmations_respond(
             # A vendor's redelivery of the whole click is a duplicate for each request.
             dedupe_key=f"{callback.dedupe_key}:{pk}" if callback.dedupe_key else "",
         )
-        decided = confirmation_respond(channel_name=channel_name, callback=one, as_admin=as_admin, actor_kind=actor_kind)
+        decided = confirmation_respond(
+            channel_name=channel_name, callback=one, as_admin=as_admin, actor_kind=actor_kind, with_card=False
+        )
         outcomes.append((str(pk), decided))
     return outcomes
 
@@ -400,17 +409,15 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
     if callback.dry_run:
         return outcome(True, "would_apply", "")
 
-    try:
-        with transaction.atomic():
-            ApproverResponse.objects.create(
-                confirmation=confirmation,
-                approver=actor,
-                approver_name=name,
-                decision=callback.decision,
-                reason=callback.reason,
-                channel=channel_name,
-            )
-    except IntegrityError:
+    response = ApproverResponse(
+        confirmation=confirmation,
+        approver=actor,
+        approver_name=name,
+        decision=callback.decision,
+        reason=callback.reason,
+        channel=channel_name,
+    )
+    if response_add(response) is None:  # one per approver (a unique constraint): this one answered already
         return outcome(False, "duplicate", "You have already answered this request.")
 
     if callback.decision == "reject":
@@ -421,9 +428,11 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
             decided_by_name=name,
             reason=callback.reason,
             channel=channel_name,
+            locked=confirmation,
         )
         return outcome(True, "decided", "Rejected.")
-    approvals = confirmation.responses.filter(decision="approve").count()
+    # (No count needed when one approval is the quorum: this is it.)
+    approvals = 1 if confirmation.approvals_required <= 1 else confirmation.responses.filter(decision="approve").count()
     if approvals >= confirmation.approvals_required:
         message, data = callback.reason, {}
         if edits:
@@ -445,6 +454,7 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
             approved_args=approved_args,
             event_message=message,
             event_data=data,
+            locked=confirmation,
         )
         if not won:  # cannot happen under the row lock; never grant for an approval that did not take
             raise AlreadyDecided(selectors.final_state_sentence(confirmation))
@@ -689,7 +699,7 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
     ).update(escalated_at=now)
     if not changed:
         return False
-    confirmation = ConfirmationRequest.objects.select_related("channel", "escalate_channel").get(pk=confirmation_id)
+    confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     target = confirmation.escalate_channel
     who = ", ".join(confirmation.escalate_approvers) or "any member"
     event_record(

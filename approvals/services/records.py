@@ -160,6 +160,20 @@ def _insert_head(model: type, vendor: str, with_id: bool) -> tuple[list[Any], st
     return fields, f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders}"
 
 
+def response_add(response: ApproverResponse) -> int | None:
+    """Insert an approver's response unless that approver answered the request already (one
+    statement, no savepoint); its id, or None if there was one."""
+    sql, params = insert_statement(response)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} ON CONFLICT (confirmation_id, approver) DO NOTHING RETURNING id", params)
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return None
+    response.pk = inserted[0]
+    response._state.adding = False
+    return response.pk
+
+
 def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
     """Append several events (`(agent_id, event)`) in one statement, and link them into their agents' chains."""
     created = ConfirmationEvent.objects.bulk_create([event for _, event in events])

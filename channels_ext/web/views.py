@@ -100,6 +100,7 @@ def inbox_decide(request: HttpRequest) -> HttpResponse:
             ),
             as_admin=viewer.as_admin,
             actor_kind="web",
+            with_card=False,
         )
         (done if outcome.applied else left).append(
             f"{confirmation.tool_name} ({pk[:8]})" if outcome.applied else f"{confirmation.tool_name} ({pk[:8]}): {outcome.message}"
@@ -166,6 +167,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
                 ),
                 as_admin=viewer.as_admin,
                 actor_kind="web",  # recorded as web:<username>
+                with_card=False,  # the page reads the request itself
             )
             if outcome.applied:
                 messages.success(request, outcome.message)
