@@ -699,7 +699,7 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
     ).update(escalated_at=now)
     if not changed:
         return False
-    confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
+    confirmation = ConfirmationRequest.objects.select_related("channel", "escalate_channel").get(pk=confirmation_id)
     target = confirmation.escalate_channel
     who = ", ".join(confirmation.escalate_approvers) or "any member"
     event_record(
