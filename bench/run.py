@@ -86,6 +86,12 @@ channels:
     api_base_url: http://127.0.0.1:9/api/   # loopback discard port: nothing leaves the machine
   - name: web
     kind: web
+  - name: slack-cards
+    kind: slack
+    bot_token: xoxb-bench-cards
+    signing_secret: {SLACK_SIGNING_SECRET}
+    channel_id: C0CARDS
+    api_base_url: __FAKE_SLACK__   # a local fake Slack Web API (tests/fakes/slack_api.py) in this process
 agents:
   - name: bench-bot
     hooks:
@@ -93,6 +99,13 @@ agents:
         name: pay-gate
         tools: ["oa__*"]
         channel: slack-bench
+        approvers: ["{SLACK_USER}"]
+  - name: bench-slack
+    hooks:
+      - kind: approval_gate
+        name: slack-gate
+        tools: ["oa__*"]
+        channel: slack-cards
         approvers: ["{SLACK_USER}"]
   - name: bench-web
     hooks:
@@ -178,7 +191,7 @@ def free_port() -> int:
 # --------------------------------------------------------------------------- database
 
 
-def setup_database() -> dict[str, Any]:
+def setup_database(fake_slack_url: str = "http://127.0.0.1:9/api/") -> dict[str, Any]:
     """Re-create and migrate the benchmark database; apply the config; return the agents' keys and ids."""
     import psycopg
     from psycopg import sql
@@ -202,10 +215,12 @@ def setup_database() -> dict[str, Any]:
     from approvals.config_schema import parse_config_text
     from approvals.models import Agent, Channel
 
-    services.config_apply(config=parse_config_text(CONFIG), source="bench")
+    services.config_apply(config=parse_config_text(CONFIG.replace("__FAKE_SLACK__", fake_slack_url)), source="bench")
     agent, web_agent = Agent.objects.get(name="bench-bot"), Agent.objects.get(name="bench-web")
+    slack_agent = Agent.objects.get(name="bench-slack")
     _, key = services.api_key_create(agent=agent, name="bench")
     _, web_key = services.api_key_create(agent=web_agent, name="bench")
+    _, slack_key = services.api_key_create(agent=slack_agent, name="bench")
     get_user_model().objects.create_user(APPROVER, password=APPROVER_PASSWORD)
     return {
         "key": key,
@@ -213,6 +228,8 @@ def setup_database() -> dict[str, Any]:
         "channel_id": Channel.objects.get(name="slack-bench").pk,
         "web_key": web_key,
         "web_agent_id": web_agent.pk,
+        "slack_key": slack_key,
+        "slack_agent_id": slack_agent.pk,
     }
 
 
@@ -754,27 +771,30 @@ def outbox_backlog(agent_id: int) -> int:
 
 
 async def part_create(server: Server, worker: Worker, ids: dict[str, Any], *, seconds: float,
-                      concurrency: int) -> dict[str, Any]:  # fmt: skip
+                      concurrency: int, channel: str = "web") -> dict[str, Any]:  # fmt: skip
+    """`channel` web: the card is the request's page, recorded as posted in its own transaction;
+    slack: the worker posts each card to the local fake Slack API."""
     from approvals.models import ConfirmationRequest, Outbox
 
-    headers = {"authorization": f"Bearer {ids['web_key']}", "content-type": "application/json"}
+    agent_id = ids[f"{channel}_agent_id"]
+    headers = {"authorization": f"Bearer {ids[f'{channel}_key']}", "content-type": "application/json"}
     bodies = [
         json.dumps({"session_id": f"bench-create-{i % 50}", "tool_name": "oa__pay", "tool_args": {"i": i}}).encode()
         for i in range(100_000)
     ]
-    log("5. create: warm-up")
+    log(f"5. create ({channel}): warm-up")
     await closed_loop(server, "/api/v1/hooks/pre-tool-use", headers, bodies[:2000], seconds=2, concurrency=concurrency)
-    while await asyncio.to_thread(outbox_backlog, ids["web_agent_id"]):
+    while await asyncio.to_thread(outbox_backlog, agent_id):
         await asyncio.sleep(0.2)
-    before = await asyncio.to_thread(lambda: ConfirmationRequest.objects.filter(agent_id=ids["web_agent_id"]).count())
+    before = await asyncio.to_thread(lambda: ConfirmationRequest.objects.filter(agent_id=agent_id).count())
     cpu_server, cpu_worker = proc_cpu_seconds(server.pid), proc_cpu_seconds(worker.pid)
     sessions_before = await asyncio.to_thread(postgres_sessions)
-    log(f"5. create: {seconds:.0f} s of pending requests, {concurrency} connections, a worker delivering the cards")
+    log(f"5. create ({channel}): {seconds:.0f} s of pending requests, {concurrency} connections, a worker delivering the cards")
     run = await closed_loop(server, "/api/v1/hooks/pre-tool-use", headers, bodies[2000:], seconds=seconds,
                             concurrency=concurrency)  # fmt: skip
     ended = time.perf_counter()
-    backlog_at_end = await asyncio.to_thread(outbox_backlog, ids["web_agent_id"])
-    while await asyncio.to_thread(outbox_backlog, ids["web_agent_id"]):
+    backlog_at_end = await asyncio.to_thread(outbox_backlog, agent_id)
+    while await asyncio.to_thread(outbox_backlog, agent_id):
         if time.perf_counter() - ended > 120:
             break
         await asyncio.sleep(0.1)
@@ -783,12 +803,13 @@ async def part_create(server: Server, worker: Worker, ids: dict[str, Any], *, se
     server_cpu = proc_cpu_seconds(server.pid) - cpu_server
     worker_cpu = proc_cpu_seconds(worker.pid) - cpu_worker
     created = await asyncio.to_thread(
-        lambda: ConfirmationRequest.objects.filter(agent_id=ids["web_agent_id"]).count()
+        lambda: ConfirmationRequest.objects.filter(agent_id=agent_id).count()
     ) - before
     delivered = await asyncio.to_thread(
-        lambda: Outbox.objects.filter(kind="card", status="sent", confirmation__agent_id=ids["web_agent_id"]).count()
+        lambda: Outbox.objects.filter(kind="card", status="sent", confirmation__agent_id=agent_id).count()
     )
     result = {
+        "channel": channel,
         "concurrency": concurrency,
         "seconds": seconds,
         **combine([run]),
@@ -1005,6 +1026,13 @@ def table(results: dict[str, Any]) -> str:
             f"| peer (quoted): {PEER['create_rps']} /s, {PEER['create_p50_ms']:.0f} ms | ≥ 300 /s, no backlog "
             f"| {mark[c['met']]} |"
         )
+    if (c := results.get("create_slack")) is not None:
+        rows.append(
+            f"| | the same on a Slack channel: each card posted by the worker to a local fake Slack API "
+            f"| {c['rps']:.0f} /s, {c['latency_ms']['p50']:.1f} ms; {c['server_cpu_ms_each']:.1f} + "
+            f"{c['worker_cpu_ms_each']:.1f} ms; backlog {c['backlog_at_end']} drained in {c['drained_in_s']:.1f} s "
+            f"| | ≥ 300 /s, no backlog | {mark[c['met']]} |"
+        )
     if (d := results.get("decide")) is not None:
         f = d["form_post_ms"]
         rows.append(
@@ -1028,7 +1056,17 @@ def table(results: dict[str, Any]) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    ids = await asyncio.to_thread(setup_database)
+    from tests.fakes.slack_api import FakeSlack
+
+    fake_slack = FakeSlack().start()  # Slack itself is never reached: cards go to this local fake
+    try:
+        return await _main_async(args, fake_slack)
+    finally:
+        fake_slack.stop()
+
+
+async def _main_async(args: argparse.Namespace, fake_slack: Any) -> dict[str, Any]:
+    ids = await asyncio.to_thread(setup_database, fake_slack.base_url)
     results: dict[str, Any] = {}
     parts = set(args.parts.split(","))
     if parts & {"allow", "wake", "create", "growth"}:
@@ -1046,6 +1084,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 worker = Worker(pin=args.pin).start()
                 results["create"] = await part_create(gateway, worker, ids, seconds=args.create_seconds,
                                                       concurrency=args.concurrency)  # fmt: skip
+                results["create_slack"] = await part_create(gateway, worker, ids, seconds=args.create_seconds,
+                                                            concurrency=args.concurrency, channel="slack")  # fmt: skip
                 worker.stop()
                 results["decide"] = await part_decide(gateway, ids, decisions=args.decisions)
             if "growth" in parts:
