@@ -889,33 +889,47 @@ async def part_decide(server: Server, ids: dict[str, Any], *, decisions: int) ->
 # --------------------------------------------------------------------------- 6. growth
 
 
+GROWTH_CHAIN = 999_999_999  # the agent id the added calls' audit entries are chained under (no such agent)
+
+
 def fill_database(tool_calls: int, pending: int, *, agent_id: int, channel_id: int) -> float:
     """Add `tool_calls` audited calls and `pending` requests (deadlines an hour away) in bulk; seconds taken."""
     from django.db import connection
 
-    from approvals.models import ConfirmationRequest, ToolCall
+    from approvals.models import AuditEntry, ConfirmationRequest, ToolCall
 
     started = time.perf_counter()
     calls, requests = ToolCall._meta.db_table, ConfirmationRequest._meta.db_table
+    entries = AuditEntry._meta.db_table
     with connection.cursor() as cursor:
+        # Each call with its audit entry (on a chain of its own: the entries table and its indexes
+        # grow as they would, while the benchmark agent's chain stays whole).
         cursor.execute(
-            f"""INSERT INTO {calls} (id, agent_id, session_id, turn_id, tool_call_id, tool_name, tool_args, user_id,
+            f"""WITH added AS (
+                INSERT INTO {calls} (id, agent_id, session_id, turn_id, tool_call_id, tool_name, tool_args, user_id,
                     metadata, decision, reason, decided_by_hook, hook_decisions, config_version, request_fingerprint,
                     response, created_at, outcome)
                 SELECT gen_random_uuid(), %s, 'grow-' || mod(g, 5000), '', 'c' || g, 'tool__' || mod(g, 40),
                     jsonb_build_object('n', g), 'u-' || mod(g, 300), '{{}}', 'allow', '', '', '[]', 1, '',
                     '{{}}', now() - make_interval(secs => g), ''
-                FROM generate_series(1, %s) AS g""",
-            [agent_id, tool_calls],
+                FROM generate_series(1, %s) AS g
+                RETURNING id, created_at)
+            INSERT INTO {entries} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash,
+                    entry_hash, created_at)
+            SELECT %s, row_number() OVER (), 'asked', id, NULL, repeat('0', 64), repeat('0', 64), repeat('0', 64),
+                created_at FROM added""",
+            [agent_id, tool_calls, GROWTH_CHAIN],
         )
         cursor.execute(
             f"""INSERT INTO {requests} (id, agent_id, session_id, tool_name, tool_args, tool_call_id, user_id,
                     metadata, channel_id, approvers, approvals_required, allow_self_approval, status, reason,
                     hook_name, config_version, decided_by, decision_reason, expires_at, on_timeout,
-                    escalate_approvers, callback_url, created_at)
+                    escalate_approvers, callback_url, created_at, arg_edits, args_fingerprint, decided_by_name,
+                    editable_paths, grant_options, turn_id)
                 SELECT gen_random_uuid(), %s, 'grow', 'oa__pay', jsonb_build_object('n', g), '', '', '{{}}', %s,
                     '[]', 1, false, 'pending', '', 'pay-gate', 1, '', '',
-                    now() + interval '1 hour' + make_interval(secs => mod(g, 3600)), 'deny', '[]', '', now()
+                    now() + interval '1 hour' + make_interval(secs => mod(g, 3600)), 'deny', '[]', '', now(),
+                    '{{}}', '', '', '[]', '[]', ''
                 FROM generate_series(1, %s) AS g""",
             [agent_id, channel_id, pending],
         )
