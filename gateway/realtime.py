@@ -80,11 +80,16 @@ def notify_sql(select_payloads: str, params: list[Any]) -> None:
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(pg_notify(%s, CASE WHEN octet_length(s.payload) < {PAYLOAD_LIMIT} "
-            f"THEN s.payload ELSE s.id::text END)) FROM ({select_payloads}) AS s",
-            [CHANNEL, *params],
-        )
+        cursor.execute(notify_select(select_payloads), [CHANNEL, *params])
+
+
+def notify_select(select_payloads: str, channel: str = "%s") -> str:
+    """The SELECT of `notify_sql`, to ride on another statement (`channel`: the placeholder of
+    the parameter that will hold `CHANNEL`)."""
+    return (
+        f"SELECT count(pg_notify({channel}, CASE WHEN octet_length(s.payload) < {PAYLOAD_LIMIT} "
+        f"THEN s.payload ELSE s.id::text END)) FROM ({select_payloads}) AS s"
+    )
 
 
 def parse_payload(payload: str) -> tuple[str, dict[str, Any] | None]:

@@ -234,8 +234,8 @@ def confirmation_transition(
         channel=channel,
         message=event_message or reason,
         data={**({"name": decided_by_name} if decided_by_name else {}), **(event_data or {})},
+        notify=True,  # the waiting agents hear of it at commit
     )
-    changes_notify([confirmation.pk])
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
     redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
     if confirmation.callback_url:

@@ -49,8 +49,11 @@ def event_record(
     channel: str = "",
     message: str = "",
     data: dict[str, Any] | None = None,
+    notify: bool = False,
 ) -> None:
-    """Append one event to a request's history (`confirmation`: the row or its id) and to its agent's chain."""
+    """Append one event to a request's history (`confirmation`: the row or its id) and to its agent's chain.
+    `notify`: also wake the request's waiters with its state as the transaction left it
+    (`changes_notify`), in the same statement as the event."""
     if isinstance(confirmation, ConfirmationRequest):
         confirmation_id, agent_id = confirmation.pk, confirmation.agent_id
     else:
@@ -60,8 +63,13 @@ def event_record(
         confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
     )
     sql, params = insert_statement(event)
+    sql += " RETURNING id"
+    if notify and connection.vendor == "postgresql":
+        state = realtime.notify_select(_state_sql("%(notify_ids)s"), channel="%(notify_channel)s")
+        sql = f"WITH added AS ({sql}) SELECT (SELECT id FROM added), ({state})"
+        params.update(notify_ids=[str(confirmation_id)], notify_channel=realtime.CHANNEL)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING id", params)
+        cursor.execute(sql, params)
         event.pk = cursor.fetchone()[0]
         event._state.adding = False
         audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=event)
@@ -199,9 +207,9 @@ def enqueue(task_name: str, *args: Any) -> None:
         logger.warning("could not queue %s%s (%s); the outbox relay will retry", task_name, args, exc)
 
 
-def _state_sql() -> str:
-    """SELECT id, payload for the requests whose ids are the one parameter: each one's
-    `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed."""
+def _state_sql(ids: str = "%s") -> str:
+    """SELECT id, payload for the requests whose ids are the one parameter (placeholder `ids`): each
+    one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed."""
     requests = ConfirmationRequest._meta.db_table
     responses = ApproverResponse._meta.db_table
     return (
@@ -213,7 +221,7 @@ def _state_sql() -> str:
         "'on_timeout', cr.on_timeout, 'approvals_required', cr.approvals_required, "
         "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
         f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
-        f")::text AS payload FROM {requests} cr WHERE cr.id = ANY(%s::uuid[])"
+        f")::text AS payload FROM {requests} cr WHERE cr.id = ANY({ids}::uuid[])"
     )
 
 
