@@ -237,7 +237,7 @@ def confirmation_transition(
         notify=True,  # the waiting agents hear of it at commit
     )
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
-    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}")
+    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}", locked=locked)
     if confirmation.callback_url:
         outbox_add(confirmation, OutboxKind.WEBHOOK, dedupe_key=f"{confirmation.pk}:webhook")
     return True
@@ -473,7 +473,9 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
         data=who,
     )
     changes_notify([confirmation.pk])  # WebSocket watchers see the count move
-    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}")
+    redraw_add(
+        confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}", locked=confirmation
+    )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 
 

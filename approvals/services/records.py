@@ -94,11 +94,28 @@ def outbox_add(
     return _outbox_insert(outbox)
 
 
-def redraw_add(confirmation_id: Any, kind: str, *, dedupe_key: str, payload: dict[str, Any] | None = None) -> None:
+def redraw_add(
+    confirmation_id: Any,
+    kind: str,
+    *,
+    dedupe_key: str,
+    payload: dict[str, Any] | None = None,
+    locked: ConfirmationRequest | None = None,
+) -> None:
     """Write an UPDATE or REMIND row for a request — only if a card shows it somewhere that does not
     draw itself (`channels_ext.base.ChannelKind.draws_itself`): its own card, or its turn's card
     on its lead. A request shown only on the web page needs no redraw (the page reads the row).
-    One statement: the check rides on the INSERT."""
+    One statement: the check rides on the INSERT. `locked`: the request's row (with its channel)
+    read under its row lock in this transaction — if it is on a channel that draws itself, never
+    escalated and not on a turn's card, it has no other card (cards are posted only at creation
+    and escalation, which waits for the lock), and nothing is written or sent."""
+    if (
+        locked is not None
+        and CHANNEL_KINDS[locked.channel.kind].draws_itself
+        and locked.escalated_at is None
+        and locked.batch_lead_id is None
+    ):
+        return
     cards = connection.ops.quote_name(Outbox._meta.db_table)
     channels = connection.ops.quote_name(Channel._meta.db_table)
     requests = connection.ops.quote_name(ConfirmationRequest._meta.db_table)

@@ -101,6 +101,37 @@ def test_a_reminder_and_a_warning_on_slack_are_rows_a_worker_delivers(live_gatew
     agent.http.close()
 
 
+def test_a_web_request_escalated_to_slack_has_its_slack_card_redrawn_when_decided_on_the_page(live_gateway, fake_slack):
+    """The web page needs no redraw, but once the request has a card on Slack too, that card is redrawn."""
+    apply_config(
+        f"""
+channels:
+  - {{name: web, kind: web}}
+  - {{name: ops, kind: slack, bot_token: xoxb-1-2-outbox, signing_secret: outbox-secret, channel_id: C0OUTBOX,
+     api_base_url: "{fake_slack.base_url}"}}
+agents:
+  - name: purchasing-bot
+    hooks: [{{kind: approval_gate, channel: web, approvers: [alice], escalate_after_seconds: 60,
+              escalate_to: {{channel: ops, approvers: []}}}}]
+"""
+    )
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("deploy", {}).json()["confirmation_id"]
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(escalate_at=timezone.now() - dt.timedelta(seconds=1))
+    assert run_timers.apply().get()["escalated"] == 1
+    deliver_outbox()  # the Slack card is posted
+    assert len(fake_slack.calls("chat.postMessage")) == 1
+
+    assert decide(confirmation_id, "approve", actor="alice").applied  # on the web page
+
+    (redraw,) = Outbox.objects.filter(kind="update", dedupe_key=f"{confirmation_id}:update:approved")
+    deliver_outbox()
+    redraw.refresh_from_db()
+    assert redraw.status == "sent"
+    assert "Approved" in str(fake_slack.calls("chat.update")[-1].data)
+    agent.http.close()
+
+
 def test_the_web_page_is_its_own_card_no_worker_draws_or_redraws_it(agent):
     """The web channel's card is the request's page: recorded as posted in the request's own
     transaction, and no outbox row is written to draw it, redraw it or remind on it."""
