@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -244,7 +245,13 @@ def confirmation_transition(
 
 
 def confirmation_respond(
-    *, channel_name: str, callback: Callback, as_admin: bool = False, actor_kind: str = "", with_card: bool = True
+    *,
+    channel_name: str = "",
+    callback: Callback,
+    as_admin: bool = False,
+    actor_kind: str = "",
+    with_card: bool = True,
+    on_behalf: Callable[[ConfirmationRequest], tuple[str, bool]] | None = None,
 ) -> DecisionOutcome:
     """An approver's click (any channel), applied exactly once.
 
@@ -260,12 +267,21 @@ def confirmation_respond(
     the kind of the channel the click came through (`slack:U…`, `feishu:ou_…`).
     `with_card=False`: the caller draws nothing (the web page, the admin, a batch), so the
     outcome's `card` is None and the request is not read again after commit.
+    `on_behalf`: for a caller that knows who clicked but not yet through which channel (the web
+    page: that depends on the request's approvers), `(channel_name, as_admin)` from the request's
+    row as read under its lock — so the request is read once. Draws no card.
     """
+    if on_behalf is not None and with_card:
+        raise ValueError("on_behalf draws no card: pass with_card=False")
     if callback.whole_turn:
-        return _respond_whole_turn(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
+        return _respond_whole_turn(
+            channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind, on_behalf=on_behalf
+        )
     try:
         with transaction.atomic():
-            verdict = _respond(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
+            verdict = _respond(
+                channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind, on_behalf=on_behalf
+            )
     except _Duplicate as dup:
         verdict = dup.outcome
     if verdict.code == "not_found" or not with_card:
@@ -300,7 +316,9 @@ def confirmations_respond(
     return outcomes
 
 
-def _respond_whole_turn(*, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str) -> DecisionOutcome:
+def _respond_whole_turn(
+    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: Any = None
+) -> DecisionOutcome:
     confirmation = (
         ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
         .filter(pk=callback.confirmation_id)
@@ -308,6 +326,8 @@ def _respond_whole_turn(*, channel_name: str, callback: Callback, as_admin: bool
     )
     if confirmation is None:
         return DecisionOutcome(applied=False, code="not_found", message="This approval request no longer exists.", card=None)
+    if on_behalf is not None:  # (each call is still checked under its own lock below)
+        channel_name, as_admin = on_behalf(confirmation)
     owner = selectors.card_owner(confirmation)
     members = selectors.batch_of(owner) or [owner]
     pending = [c.pk for c in members if c.status == Status.PENDING]
@@ -344,7 +364,9 @@ class _Refused(Exception):
         self.message = message
 
 
-def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str) -> DecisionOutcome:
+def _respond(
+    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: Any = None
+) -> DecisionOutcome:
     # Row lock: responses to one request are counted one at a time (quorum), and
     # a click and the expiry sweep cannot interleave.
     confirmation = (
@@ -355,6 +377,8 @@ def _respond(*, channel_name: str, callback: Callback, as_admin: bool, actor_kin
     )
     if confirmation is None:
         return DecisionOutcome(applied=False, code="not_found", message="This approval request no longer exists.", card=None)
+    if on_behalf is not None:
+        channel_name, as_admin = on_behalf(confirmation)
 
     def outcome(applied: bool, code: str, message: str) -> DecisionOutcome:
         return DecisionOutcome(applied=applied, code=code, message=message, card=None)  # card: after commit

@@ -130,6 +130,12 @@ def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
     return redirect(request.POST.get("next") or "approval-inbox")
 
 
+def _standing(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
+    """(the channel this user decides `confirmation` through here, whether as staff)."""
+    viewer = viewer_for(user, confirmation)
+    return viewer.channel_name, viewer.as_admin
+
+
 def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[dict[str, str]]:
     """One field per editable argument: its path and its value as JSON (as typed, after an error)."""
     fields = []
@@ -144,36 +150,36 @@ def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[
 @login_required(login_url=LOGIN_URL)
 @require_http_methods(["GET", "POST"])
 def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
+    form = DecisionForm(request.POST) if request.method == "POST" else DecisionForm()
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        # Every click goes through the exactly-once service, which also refuses (and records)
+        # a non-approver's forged POST, an edit the gate does not allow, and tells a second
+        # click who decided first. Through which channel this user decides (and whether as
+        # staff) depends on the request: judged on the row the service reads under its lock.
+        outcome = services.confirmation_respond(
+            callback=Callback(
+                confirmation_id=str(confirmation_id),
+                decision=data["decision"],
+                actor=request.user.get_username(),
+                reason=data["reason"],
+                edits=data["edits"] or None,
+                grant=data["grant"],
+                whole_turn=data["whole_turn"],
+            ),
+            actor_kind="web",  # recorded as web:<username>
+            with_card=False,  # the page reads the request itself
+            on_behalf=lambda confirmation: _standing(request.user, confirmation),
+        )
+        if outcome.code == "not_found":
+            raise Http404("no such approval request")
+        if outcome.applied:
+            messages.success(request, outcome.message)
+        else:
+            messages.warning(request, outcome.message)
+        return redirect("approval-page", confirmation_id=confirmation_id)
     confirmation = _get(confirmation_id)
     viewer = viewer_for(request.user, confirmation)
-    form = DecisionForm()
-    if request.method == "POST":
-        form = DecisionForm(request.POST)
-        if form.is_valid():
-            data = form.cleaned_data
-            # Every click goes through the exactly-once service, which also refuses (and records)
-            # a non-approver's forged POST, an edit the gate does not allow, and tells a second
-            # click who decided first.
-            outcome = services.confirmation_respond(
-                channel_name=viewer.channel_name,
-                callback=Callback(
-                    confirmation_id=str(confirmation.pk),
-                    decision=data["decision"],
-                    actor=request.user.get_username(),
-                    reason=data["reason"],
-                    edits=data["edits"] or None,
-                    grant=data["grant"],
-                    whole_turn=data["whole_turn"],
-                ),
-                as_admin=viewer.as_admin,
-                actor_kind="web",  # recorded as web:<username>
-                with_card=False,  # the page reads the request itself
-            )
-            if outcome.applied:
-                messages.success(request, outcome.message)
-            else:
-                messages.warning(request, outcome.message)
-            return redirect("approval-page", confirmation_id=confirmation.pk)
     owner = selectors.card_owner(confirmation)
     card = selectors.card_view(owner, channel_name=owner.channel.name)
     tool_call = getattr(confirmation, "tool_call", None)

@@ -88,6 +88,26 @@ def test_an_approval_is_recorded_with_the_approvers_username_and_shown(agent, pe
     assert 'name="decision"' not in html  # no buttons once decided
 
 
+def test_a_decision_posted_for_a_request_that_does_not_exist_is_404_and_writes_nothing(agent, people):
+    import uuid
+
+    response = signed_in("alice").post(reverse("approval-page", args=[uuid.uuid4()]), {"decision": "approve"})
+
+    assert response.status_code == 404
+    assert not ApproverResponse.objects.exists() and not ConfirmationEvent.objects.exists()
+
+
+def test_the_service_refuses_a_standing_judged_from_the_row_and_a_card_at_once():
+    from approvals import services
+    from channels_ext.base import Callback
+
+    with pytest.raises(ValueError, match="on_behalf draws no card"):
+        services.confirmation_respond(
+            callback=Callback(confirmation_id="x", decision="approve", actor="alice"),
+            on_behalf=lambda confirmation: ("web", False),
+        )
+
+
 def test_a_second_click_is_told_the_request_was_already_decided_and_by_whom(agent, people):
     confirmation = pending(agent)
     signed_in("bob").post(page_url(confirmation), {"decision": "reject", "reason": "not this quarter"})
