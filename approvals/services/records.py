@@ -185,6 +185,15 @@ def _insert_head(model: type, vendor: str, with_id: bool) -> tuple[list[Any], st
     return fields, f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders}"
 
 
+def row_insert(instance: Any) -> None:
+    """INSERT one new row (a model instance, its primary key set by its default) in one statement, without
+    the ORM's save machinery (no model here has save signals); the instance is then saved."""
+    sql, params = insert_statement(instance)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    instance._state.adding = False
+
+
 def response_add(response: ApproverResponse) -> int | None:
     """Insert an approver's response unless that approver answered the request already (one
     statement, no savepoint); its id, or None if there was one."""
