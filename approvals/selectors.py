@@ -218,6 +218,8 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str) -> t
 
 def approvals_so_far(confirmation: ConfirmationRequest) -> list[str]:
     """Who has approved a request so far (channel-qualified ids), first first (quorum progress)."""
+    if confirmation.status == Status.PENDING and confirmation.approvals_required <= 1:
+        return []  # one approval decides such a request (in the transaction that records it): none yet
     return list(
         confirmation.responses.filter(decision="approve").order_by("created_at").values_list("approver", flat=True)
     )
@@ -237,6 +239,8 @@ def batch_of(confirmation: ConfirmationRequest) -> list[ConfirmationRequest]:
     (the first call of the turn, whose card the later ones joined); [] for any other request."""
     if confirmation.batch_lead_id is not None:
         return []  # a call that joined another's card: its own views (an escalation's card) list only itself
+    if not confirmation.turn_id:
+        return []  # only calls of the same turn join a card
     members = list(
         ConfirmationRequest.objects.filter(batch_lead_id=confirmation.pk).order_by("created_at", "id")[: TURN_CARD_ITEMS * 5]
     )
