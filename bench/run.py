@@ -789,7 +789,7 @@ async def part_create(server: Server, worker: Worker, ids: dict[str, Any], *, se
     before = await asyncio.to_thread(lambda: ConfirmationRequest.objects.filter(agent_id=agent_id).count())
     cpu_server, cpu_worker = proc_cpu_seconds(server.pid), proc_cpu_seconds(worker.pid)
     sessions_before = await asyncio.to_thread(postgres_sessions)
-    log(f"5. create ({channel}): {seconds:.0f} s of pending requests, {concurrency} connections, a worker delivering the cards")
+    log(f"5. create ({channel}): {seconds:.0f} s of pending requests, {concurrency} connections, a worker running")
     run = await closed_loop(server, "/api/v1/hooks/pre-tool-use", headers, bodies[2000:], seconds=seconds,
                             concurrency=concurrency)  # fmt: skip
     ended = time.perf_counter()

@@ -99,7 +99,8 @@ chain (i, seq, hash, prev) AS (
     FROM chain c JOIN links l ON l.i = c.i + 1
 ),
 entries AS (
-    INSERT INTO {_ENTRY} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
+    INSERT INTO {_ENTRY}
+        (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
     SELECT %(agent)s::bigint, c.seq, l.action, l.tool_call, l.event, l.content, c.prev, c.hash, l.created_at
     FROM chain c JOIN links l ON l.i = c.i
 )
@@ -151,7 +152,8 @@ def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
         if cursor.rowcount == 1:
             return
         # The agent's first entries: give it a head at the genesis, then append.
-        AuditHead.objects.bulk_create([AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)], ignore_conflicts=True)
+        genesis = AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)
+        AuditHead.objects.bulk_create([genesis], ignore_conflicts=True)
         cursor.execute(sql, params)
         if cursor.rowcount != 1:
             raise RuntimeError(f"could not advance the audit head of agent {agent_id}")

@@ -282,7 +282,11 @@ def confirmation_respond(
     try:
         with transaction.atomic():
             verdict = _respond(
-                channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind, on_behalf=on_behalf
+                channel_name=channel_name,
+                callback=callback,
+                as_admin=as_admin,
+                actor_kind=actor_kind,
+                on_behalf=on_behalf,
             )
     except _Duplicate as dup:
         verdict = dup.outcome
@@ -500,7 +504,10 @@ def _respond(
     )
     changes_notify([confirmation.pk])  # WebSocket watchers see the count move
     redraw_add(
-        confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}", locked=confirmation
+        confirmation.pk,
+        OutboxKind.UPDATE,
+        dedupe_key=f"{confirmation.pk}:update:approvals-{approvals}",
+        locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 

@@ -78,10 +78,8 @@ def test_a_running_worker_delivers_the_card_and_the_redraw(slack_agent, fake_sla
 
 def test_a_reminder_and_a_warning_on_slack_are_rows_a_worker_delivers(live_gateway, fake_slack):
     """Unlike the web page, a Slack card is redrawn (with the note) by the worker for a reminder and a warning."""
-    apply_config(
-        SLACK_GATE.replace("timeout_seconds: 600", "timeout_seconds: 600, remind_after_seconds: 60, warn_before_seconds: 120")
-        % fake_slack.base_url
-    )
+    timers = "timeout_seconds: 600, remind_after_seconds: 60, warn_before_seconds: 120"
+    apply_config(SLACK_GATE.replace("timeout_seconds: 600", timers) % fake_slack.base_url)
     agent = make_agent_client(live_gateway, "purchasing-bot")
     confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
     deliver_outbox()  # the card is posted
