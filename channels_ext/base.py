@@ -302,6 +302,11 @@ def draws_itself(kind: str) -> bool:
     return _kind(kind).draws_itself
 
 
+def self_drawing_kinds() -> list[str]:
+    """The kinds whose card is the gateway's own page (`ChannelKind.draws_itself`), sorted."""
+    return sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself)
+
+
 def has_turn_cards(kind: str) -> bool:
     """Whether a kind's cards list the calls of one turn (without importing its adapter)."""
     return _kind(kind).turn_cards

@@ -246,6 +246,10 @@ def confirmation_transition(
     return True
 
 
+# (channel name, as staff) of a clicker, judged from the request's row (`confirmation_respond`).
+OnBehalf = Callable[[ConfirmationRequest], tuple[str, bool]]
+
+
 def confirmation_respond(
     *,
     channel_name: str = "",
@@ -253,7 +257,7 @@ def confirmation_respond(
     as_admin: bool = False,
     actor_kind: str = "",
     with_card: bool = True,
-    on_behalf: Callable[[ConfirmationRequest], tuple[str, bool]] | None = None,
+    on_behalf: OnBehalf | None = None,
 ) -> DecisionOutcome:
     """An approver's click (any channel), applied exactly once.
 
@@ -323,7 +327,7 @@ def confirmations_respond(
 
 
 def _respond_whole_turn(
-    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: Any = None
+    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: OnBehalf | None = None
 ) -> DecisionOutcome:
     confirmation = (
         ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
@@ -371,7 +375,7 @@ class _Refused(Exception):
 
 
 def _respond(
-    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: Any = None
+    *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: OnBehalf | None = None
 ) -> DecisionOutcome:
     # Row lock: responses to one request are counted one at a time (quorum), and
     # a click and the expiry sweep cannot interleave.
@@ -447,7 +451,7 @@ def _respond(
         reason=callback.reason,
         channel=channel_name,
     )
-    if response_add(response) is None:  # one per approver (a unique constraint): this one answered already
+    if not response_add(response):  # one per approver (a unique constraint): this one answered already
         return outcome(False, "duplicate", "You have already answered this request.")
 
     if callback.decision == "reject":

@@ -28,7 +28,7 @@ from approvals.models import (
     OutboxStatus,
 )
 from approvals.services.audit import audit_append, audit_append_many
-from channels_ext.base import CHANNEL_KINDS
+from channels_ext.base import draws_itself, self_drawing_kinds
 from gateway import realtime
 from gateway.celery import app
 
@@ -62,16 +62,13 @@ def event_record(
     event = ConfirmationEvent(
         confirmation_id=confirmation_id, kind=kind, actor=actor, channel=channel, message=message, data=data or {}
     )
-    sql, params = insert_statement(event)
-    sql += " RETURNING id"
+    wrap, params = "", {}
     if notify and connection.vendor == "postgresql":
         state = realtime.notify_select(_state_sql("%(notify_ids)s"), channel="%(notify_channel)s")
-        sql = f"WITH added AS ({sql}) SELECT (SELECT id FROM added), ({state})"
-        params.update(notify_ids=[str(confirmation_id)], notify_channel=realtime.CHANNEL)
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        event.pk = cursor.fetchone()[0]
-        event._state.adding = False
+        wrap = f"WITH added AS ({{}}) SELECT (SELECT id FROM added), ({state})"
+        params = {"notify_ids": [str(confirmation_id)], "notify_channel": realtime.CHANNEL}
+    with transaction.atomic(savepoint=False):
+        row_insert(event, wrap=wrap, params=params)
         audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=event)
 
 
@@ -111,7 +108,7 @@ def redraw_add(
     and escalation, which waits for the lock), and nothing is written or sent."""
     if (
         locked is not None
-        and CHANNEL_KINDS[locked.channel.kind].draws_itself
+        and draws_itself(locked.channel.kind)
         and locked.escalated_at is None
         and locked.batch_lead_id is None
     ):
@@ -119,7 +116,7 @@ def redraw_add(
     cards = connection.ops.quote_name(Outbox._meta.db_table)
     channels = connection.ops.quote_name(Channel._meta.db_table)
     requests = connection.ops.quote_name(ConfirmationRequest._meta.db_table)
-    kinds = sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself) or [""]
+    kinds = self_drawing_kinds() or [""]
     where = (
         f"EXISTS (SELECT 1 FROM {cards} c JOIN {channels} ch ON ch.id = c.channel_id "
         f"WHERE c.kind = %(card_kind)s AND ch.kind NOT IN ({', '.join(f'%(k{i})s' for i in range(len(kinds)))}) "
@@ -137,20 +134,15 @@ def needing_redraw(leads: dict[Any, Any]) -> set[Any]:
     owners = {*leads, *(lead for lead in leads.values() if lead is not None)}
     shown = set(
         Outbox.objects.filter(kind=OutboxKind.CARD, confirmation_id__in=owners)
-        .exclude(channel__kind__in=[kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself])
+        .exclude(channel__kind__in=self_drawing_kinds())
         .values_list("confirmation_id", flat=True)
     )
     return {pk for pk, lead in leads.items() if pk in shown or lead in shown}
 
 
 def _outbox_insert(outbox: Outbox, *, where: str = "", params: dict[str, Any] | None = None) -> int | None:
-    sql, values = insert_statement(outbox, where=where)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} ON CONFLICT (dedupe_key) DO NOTHING RETURNING id", {**values, **(params or {})})
-        inserted = cursor.fetchone()
-    if inserted is None:
+    if not row_insert(outbox, where=where, params=params, unless_conflict="dedupe_key"):
         return None
-    outbox.pk = inserted[0]
     if outbox.status != OutboxStatus.SENT:
         transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, outbox.pk), robust=True)
     return outbox.pk
@@ -185,27 +177,37 @@ def _insert_head(model: type, vendor: str, with_id: bool) -> tuple[list[Any], st
     return fields, f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT {placeholders}"
 
 
-def row_insert(instance: Any) -> None:
-    """INSERT one new row (a model instance, its primary key set by its default) in one statement, without
-    the ORM's save machinery (no model here has save signals); the instance is then saved."""
-    sql, params = insert_statement(instance)
+def row_insert(
+    instance: Any,
+    *,
+    where: str = "",
+    params: dict[str, Any] | None = None,
+    unless_conflict: str = "",
+    wrap: str = "",
+) -> bool:
+    """INSERT one new row (a model instance) in one statement, without the ORM's save machinery (no
+    model here has save signals): True, with the instance's id set and the instance saved — or False
+    if `where` held it back or a row with the same `unless_conflict` columns was there already.
+    `params` fill `where`; `wrap` is a statement around the INSERT (`{}`) whose first column is the id."""
+    sql, values = insert_statement(instance, where=where)
+    if unless_conflict:
+        sql += f" ON CONFLICT ({unless_conflict}) DO NOTHING"
+    sql += f" RETURNING {connection.ops.quote_name(instance._meta.pk.column)}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    instance._state.adding = False
-
-
-def response_add(response: ApproverResponse) -> int | None:
-    """Insert an approver's response unless that approver answered the request already (one
-    statement, no savepoint); its id, or None if there was one."""
-    sql, params = insert_statement(response)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} ON CONFLICT (confirmation_id, approver) DO NOTHING RETURNING id", params)
+        cursor.execute(wrap.replace("{}", sql, 1) if wrap else sql, {**values, **(params or {})})
         inserted = cursor.fetchone()
-    if inserted is None:
-        return None
-    response.pk = inserted[0]
-    response._state.adding = False
-    return response.pk
+    if inserted is None or inserted[0] is None:
+        return False
+    if instance.pk is None:  # an auto id (a preset one, such as a uuid, stays as the instance has it)
+        instance.pk = inserted[0]
+    instance._state.adding = False
+    return True
+
+
+def response_add(response: ApproverResponse) -> bool:
+    """Insert an approver's response unless that approver answered the request already (one
+    statement, no savepoint); False if there was one."""
+    return row_insert(response, unless_conflict="confirmation_id, approver")
 
 
 def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
