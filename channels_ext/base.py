@@ -189,6 +189,12 @@ class CardView:
         return tuple(item for item in self.items if item.is_pending)
 
     @property
+    def shown_ids(self) -> tuple[str, ...]:
+        """The requests this card shows (its turn's calls, or just itself): what a whole-turn click
+        drawn from it may decide (`Callback.shown_ids`)."""
+        return tuple(item.confirmation_id for item in self.items) or (self.confirmation_id,)
+
+    @property
     def is_pending(self) -> bool:
         return self.status == "pending"
 
@@ -213,7 +219,11 @@ class Callback:
     dry_run: bool = False  # only say what deciding would do (e.g. before opening a reject modal)
     edits: dict[str, Any] | None = None  # approve with these arguments changed: {path: new value}
     grant: int | None = None  # approve for the scope at this index of the request's grant options
-    whole_turn: bool = False  # decide every pending call shown on this request's turn card
+    whole_turn: bool = False  # decide the pending calls shown on this request's turn card
+    # With `whole_turn`: the confirmation ids the clicked card showed (`CardView.shown_ids`), carried
+    # by the button (signed) or bound to the drawn card. Only these are decided: a call that joined
+    # the turn after the card was drawn stays pending and appears on the redrawn card.
+    shown_ids: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
