@@ -161,10 +161,15 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# How often beat runs the timers (reminders, warnings before the deadline, escalations): their resolution.
+# A gate's `warn_before_seconds` must be at least twice this (hooks/builtin/approval_gate.py).
+GATEWAY_TIMERS_INTERVAL_SECONDS = env_int("GATEWAY_TIMERS_INTERVAL_SECONDS", 5)
+if GATEWAY_TIMERS_INTERVAL_SECONDS < 1:
+    raise ImproperlyConfigured(f"GATEWAY_TIMERS_INTERVAL_SECONDS must be >= 1, got {GATEWAY_TIMERS_INTERVAL_SECONDS}")
 CELERY_BEAT_SCHEDULE = {
     "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
     "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
-    "run-timers": {"task": "approvals.tasks.run_timers", "schedule": 5.0},
+    "run-timers": {"task": "approvals.tasks.run_timers", "schedule": float(GATEWAY_TIMERS_INTERVAL_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

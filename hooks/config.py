@@ -113,6 +113,12 @@ class HookConfigBase(Strict):
         """The names this hook refers to (gates, channels); checked by `hooks.registry.validate_agent_hooks`."""
         return []
 
+    def deployment_problems(self) -> list[tuple[str, str]]:
+        """(key, message) of each value this deployment cannot honour (e.g. a time finer than its timers
+        run); checked by `hooks.registry.validate_agent_hooks` when a hook list is applied, not when a
+        stored one is built (a stored gate keeps working if the deployment changes under it)."""
+        return []
+
     def outbound_urls(self) -> list[tuple[str, str]]:
         """(key path, URL) of each URL this hook will call on the agent's behalf; checked by
         `hooks.registry.validate_agent_hooks` against the outbound guard (`gateway.outbound.check_url`)."""

@@ -87,8 +87,9 @@ def validate_agent_hooks(
 
     `channel_names` are the channels the hooks may name; None skips that check.
     Problems have paths under `path_prefix` (`agents[0].hooks` inside a whole file).
-    `check_outbound` refuses URLs the outbound guard refuses (a hook list being
-    applied); a stored list being built skips it (the guard checks every call).
+    `check_outbound` refuses URLs the outbound guard refuses and values this deployment
+    cannot honour (`deployment_problems`) — a hook list being applied; a stored list being
+    built skips both (the guard checks every call).
     """
     if not isinstance(hooks, list):
         raise ConfigError([ConfigProblem(path_prefix, "must be a list")])
@@ -126,6 +127,8 @@ def collect_hooks(
         _check_channel_references(hooks, channel_names, problems)
     if check_outbound:
         _check_outbound_urls(hooks, problems)
+        for hook_path, hook in hooks:
+            problems.extend(ConfigProblem(f"{hook_path}.{key}", message) for key, message in hook.deployment_problems())
     return [hook for _, hook in hooks]
 
 

@@ -672,7 +672,7 @@ def confirmation_timers_due(*, limit: int = 200) -> TimersRun:
     due = ConfirmationRequest.objects.filter(status=Status.PENDING)
     for pk in due.filter(remind_at__lte=now).order_by("remind_at").values_list("pk", flat=True)[:limit]:
         run.reminded += confirmation_remind(confirmation_id=pk, now=now)
-    for pk in due.filter(warn_at__lte=now).order_by("warn_at").values_list("pk", flat=True)[:limit]:
+    for pk in due.filter(warn_at__lte=now, expires_at__gt=now).order_by("warn_at").values_list("pk", flat=True)[:limit]:
         run.warned += confirmation_warn(confirmation_id=pk, now=now)
     escalations = due.filter(escalate_at__lte=now, escalated_at__isnull=True, escalate_channel__isnull=False)
     for pk in escalations.order_by("escalate_at").values_list("pk", flat=True)[:limit]:
@@ -713,9 +713,13 @@ def warning_text(confirmation: ConfirmationRequest, *, now: dt.datetime) -> str:
 @transaction.atomic
 def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
     """Warn the approvers of a pending request that its deadline is near, once (`warn_before_seconds`).
-    True if this call did it."""
+    True if this call did it.
+
+    Never after the deadline: a timer that runs late finds nothing to do (the warning is dropped,
+    not sent late), and a worker that reaches its outbox row after the deadline sends nothing
+    either (`delivery`)."""
     changed = ConfirmationRequest.objects.filter(
-        pk=confirmation_id, status=Status.PENDING, warn_at__lte=now
+        pk=confirmation_id, status=Status.PENDING, warn_at__lte=now, expires_at__gt=now
     ).update(warn_at=None)
     if not changed:
         return False

@@ -114,6 +114,8 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
         adapter = selectors.channel_adapter(row.channel)
         card = selectors.card_view(confirmation, channel_name=row.channel.name)
         return adapter.post_card(card, idempotency_key=row.dedupe_key).data, card
+    if row.kind == OutboxKind.REMIND and not _still_worth_a_ping(row):
+        return None, None
     if row.kind in (OutboxKind.UPDATE, OutboxKind.REMIND):
         for card_row in selectors.posted_cards(confirmation):
             adapter = selectors.channel_adapter(card_row.channel)
@@ -129,6 +131,18 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
         send_decision_webhook(confirmation)
         return None, None
     raise ValueError(f"unknown outbox kind {row.kind!r}")
+
+
+def _still_worth_a_ping(row: Outbox) -> bool:
+    """A reminder or warning delivered late: nothing is sent once its request is decided or past its
+    deadline (swept or not) — a warning never comes after the deadline."""
+    confirmation = row.confirmation
+    late = confirmation.expires_at is not None and confirmation.expires_at <= timezone.now()
+    if confirmation.status != Status.PENDING or late:
+        logger.info("outbox %s: %s of %s not sent: %s", row.pk, row.kind, confirmation.pk,
+                    "the deadline passed" if late else f"it is {confirmation.status}")  # fmt: skip
+        return False
+    return True
 
 
 def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:

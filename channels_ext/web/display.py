@@ -71,6 +71,23 @@ class Viewer:
     as_admin: bool  # deciding as staff, outside the request's approver list
     channel_name: str  # recorded with the decision
     why_read_only: str = ""
+    can_view: bool = True  # may read the request (its page, its arguments, its state) at all
+
+
+def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> bool:
+    """Who may read a request's page and arguments: staff, and the approvers of its web channels
+    (listed by username, or anyone signed in where the list is empty). Everyone else is told the
+    request does not exist — its arguments are what an approver is trusted with."""
+    if not user.is_authenticated:
+        return False
+    if user.is_staff or user.has_perm("approvals.view_confirmationrequest"):
+        return True
+    username = user.get_username()
+    for channel_name in web_channel_names(confirmation):
+        allowed = selectors.approvers_for_channel(confirmation, channel_name=channel_name)
+        if allowed is not None and (not allowed or username in allowed):
+            return True
+    return False
 
 
 def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> Viewer:
@@ -93,7 +110,13 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
         refusal = own_call
     elif user.has_perm("approvals.change_confirmationrequest"):
         return Viewer(can_decide=True, as_admin=True, channel_name=channel_name)
-    return Viewer(can_decide=False, as_admin=False, channel_name=channel_name, why_read_only=refusal[1])
+    return Viewer(
+        can_decide=False,
+        as_admin=False,
+        channel_name=channel_name,
+        why_read_only=refusal[1],
+        can_view=may_view(user, confirmation),
+    )
 
 
 def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Grant]:

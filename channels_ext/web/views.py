@@ -11,13 +11,14 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import views as staticfiles_views
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals import selectors, services
 from approvals.arguments import get_path
 from approvals.models import ConfirmationRequest, Grant, Status
 from channels_ext.base import Callback
-from channels_ext.web.display import argument_rows, live_grants_for, viewer_for
+from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
 from channels_ext.web.forms import BatchForm, DecisionForm
 
 # Approvers need not be staff, so they sign in here rather than on the admin's staff-only login.
@@ -58,7 +59,11 @@ def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
     )
     mine, others = [], []
     for confirmation in pending:
-        (mine if viewer_for(request.user, confirmation).can_decide else others).append(confirmation)
+        viewer = viewer_for(request.user, confirmation)
+        if viewer.can_decide:
+            mine.append(confirmation)
+        elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
+            others.append(confirmation)
     username = request.user.get_username()
     decided = (
         ConfirmationRequest.objects.select_related("agent")
@@ -121,13 +126,22 @@ def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
     if grant is None:
         if Grant.objects.filter(pk=grant_id, revoked_at__isnull=False).exists():
             messages.warning(request, "That grant was already revoked.")
-            return redirect(request.POST.get("next") or "approval-inbox")
+            return _back(request)
         raise Http404("no live grant of yours with that id")
     if services.grant_revoke(grant_id=grant.pk, actor=f"web:{request.user.get_username()}"):
         messages.success(request, f"Revoked: {grant.tool_name} {grant.scope_label}. The next such call asks again.")
     else:
         messages.warning(request, "That grant was already revoked.")
-    return redirect(request.POST.get("next") or "approval-inbox")
+    return _back(request)
+
+
+def _back(request: HttpRequest) -> HttpResponse:
+    """Back to the form's `next` page — only if it is a path of this gateway (never an open redirect
+    to another site), else to the inbox."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect("approval-inbox")
 
 
 def _standing(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
@@ -175,11 +189,15 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             raise Http404("no such approval request")
         if outcome.applied:
             messages.success(request, outcome.message)
-        else:
-            messages.warning(request, outcome.message)
+            return redirect("approval-page", confirmation_id=confirmation_id)
+        messages.warning(request, outcome.message)  # (the service recorded the refused click)
+        if not may_view(request.user, _get(confirmation_id)):
+            return redirect("approval-inbox")  # not back to a page they may not read
         return redirect("approval-page", confirmation_id=confirmation_id)
     confirmation = _get(confirmation_id)
     viewer = viewer_for(request.user, confirmation)
+    if not viewer.can_view:
+        raise Http404("no such approval request")
     owner = selectors.card_owner(confirmation)
     card = selectors.card_view(owner, channel_name=owner.channel.name)
     tool_call = getattr(confirmation, "tool_call", None)
@@ -217,6 +235,8 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
 def approval_state(request: HttpRequest, confirmation_id) -> JsonResponse:
     """The page polls this to update itself when the request is decided elsewhere."""
     confirmation = _get(confirmation_id)
+    if not may_view(request.user, confirmation):
+        raise Http404("no such approval request")
     return JsonResponse(selectors.confirmation_as_dict(confirmation), headers={"Cache-Control": "no-store"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from hooks.base import AskSpec, Hook, HookContext, HookResult
@@ -130,6 +131,18 @@ class ApprovalGateConfig(HookConfigBase):
         if value >= timeout:
             raise ValueError(f"must be less than timeout_seconds ({timeout})")
         return value
+
+    def deployment_problems(self) -> list[tuple[str, str]]:
+        # Beat finds a due warning up to one timer interval late: a warning shorter than two intervals
+        # could reach the approvers after the deadline (and is then never sent at all).
+        interval = settings.GATEWAY_TIMERS_INTERVAL_SECONDS
+        if self.warn_before_seconds is not None and self.warn_before_seconds < 2 * interval:
+            return [(
+                "warn_before_seconds",
+                f"must be at least {2 * interval}: the timers that send warnings run every {interval} s "
+                "(GATEWAY_TIMERS_INTERVAL_SECONDS), so a shorter warning could come after the deadline",
+            )]  # fmt: skip
+        return []
 
     def references(self) -> list[Reference]:
         references = [Reference("channel", "channel", self.channel)]

@@ -99,6 +99,35 @@ def test_a_reminder_and_a_warning_on_slack_are_rows_a_worker_delivers(live_gatew
     agent.http.close()
 
 
+def test_a_warning_is_never_sent_after_the_deadline(live_gateway, fake_slack):
+    """A timer that runs late drops the warning; a warning queued in time but delivered after the
+    deadline sends nothing either (the deadline rides on its outbox row)."""
+    apply_config(SLACK_GATE.replace("timeout_seconds: 600", "timeout_seconds: 600, warn_before_seconds: 120")
+                 % fake_slack.base_url)  # fmt: skip
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    late_timer, late_worker = (agent.pre_tool_use("oa__purchase_pay", {"n": n}).json()["confirmation_id"] for n in (1, 2))
+    deliver_outbox()  # both cards are posted
+    now = timezone.now()
+    # Beat ran late: the warning was due, and so was the deadline (not yet swept).
+    ConfirmationRequest.objects.filter(pk=late_timer).update(
+        warn_at=now - dt.timedelta(seconds=30), expires_at=now - dt.timedelta(seconds=1)
+    )
+    ConfirmationRequest.objects.filter(pk=late_worker).update(warn_at=now - dt.timedelta(seconds=1))
+
+    assert run_timers.apply().get()["warned"] == 1
+    assert not Outbox.objects.filter(dedupe_key=f"{late_timer}:warn").exists()
+    assert ConfirmationRequest.objects.get(pk=late_timer).status == "pending"  # the sweep's business, not the timer's
+
+    # The worker comes to the other warning only after its deadline.
+    ConfirmationRequest.objects.filter(pk=late_worker).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    deliver_outbox()
+
+    assert Outbox.objects.get(dedupe_key=f"{late_worker}:warn").status == "sent"  # done with, not retried
+    assert not [call for call in fake_slack.calls("chat.update") if "Deadline soon" in str(call.data)]
+    assert not ConfirmationEvent.objects.filter(kind="warned", confirmation_id=late_timer).exists()
+    agent.http.close()
+
+
 def test_a_web_request_escalated_to_slack_has_its_slack_card_redrawn_when_decided_on_the_page(live_gateway, fake_slack):
     """The web page needs no redraw, but once the request has a card on Slack too, that card is redrawn."""
     apply_config(

@@ -120,6 +120,9 @@ def test_a_gate_that_stops_offering_scopes_stops_honouring_its_grants(bot):
     assert ask(bot, "oa__pay", {"amount": 2}).decision == "allow"
 
     apply_config(CONFIG.replace("        grants: [{scope: session, args: any}, {scope: minutes, minutes: 30, args: same}]\n", ""))
+    # Read afresh, as every caller of the service does: an Agent read before the change carries the old
+    # generation, under which a process whose listener has not yet heard the change still holds the old hooks.
+    bot.refresh_from_db()
 
     assert ask(bot, "oa__pay", {"amount": 3}).decision == "pending"
     assert Grant.objects.get().uses == 1

@@ -543,6 +543,21 @@ def test_it_names_each_bad_edit_scope_and_warning_key():
     ]
 
 
+def test_it_refuses_a_warning_finer_than_the_timers_that_send_it(settings):
+    settings.GATEWAY_TIMERS_INTERVAL_SECONDS = 5
+    assert hook_problems(gate(timeout_seconds=600, warn_before_seconds=9)) == [
+        ("hooks[0].warn_before_seconds",
+         "must be at least 10: the timers that send warnings run every 5 s (GATEWAY_TIMERS_INTERVAL_SECONDS), "
+         "so a shorter warning could come after the deadline"),
+    ]  # fmt: skip
+    (fine,) = validate_agent_hooks([gate(timeout_seconds=600, warn_before_seconds=10)], channel_names={"web"})
+    assert fine.warn_before_seconds == 10
+    # A gate stored earlier still builds if the deployment's timers get coarser later.
+    settings.GATEWAY_TIMERS_INTERVAL_SECONDS = 60
+    (stored,) = validate_agent_hooks([gate(timeout_seconds=600, warn_before_seconds=10)], check_outbound=False)
+    assert stored.warn_before_seconds == 10
+
+
 def test_the_json_schema_describes_the_edit_scope_and_warning_keys():
     gate_schema = hooks_json_schema()["$defs"]["ApprovalGateConfig"]["properties"]
     assert {"allow_edit", "grants", "warn_before_seconds"} <= set(gate_schema)

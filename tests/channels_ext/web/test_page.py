@@ -149,16 +149,15 @@ def test_a_rejection_reason_reaches_the_waiting_agent(agent, people):
     assert body["reason"] == "rejected by web:alice: over budget"
 
 
-def test_someone_who_is_not_an_approver_sees_it_read_only_and_a_forged_post_changes_nothing(agent, people):
+def test_someone_who_is_not_an_approver_cannot_read_it_and_a_forged_post_changes_nothing(agent, people):
     confirmation = pending(agent)
     carol = signed_in("carol")
 
-    html = carol.get(page_url(confirmation)).content.decode()
-    assert 'name="decision"' not in html
-    assert "You are not one of the approvers of this request." in html
+    assert carol.get(page_url(confirmation)).status_code == 404
 
     response = carol.post(page_url(confirmation), {"decision": "approve"}, follow=True)
 
+    assert response.redirect_chain == [(reverse("approval-inbox"), 302)]  # not back to a page carol may not read
     assert "You are not one of the approvers of this request." in response.content.decode()
     confirmation.refresh_from_db()
     assert confirmation.status == "pending"
@@ -246,7 +245,8 @@ agents:
     )
     carol = signed_in("carol")
 
-    html = carol.get(page_url(confirmation)).content.decode()
+    assert carol.get(page_url(confirmation)).status_code == 404  # no web approver: staff only
+    html = signed_in("sam").get(page_url(confirmation)).content.decode()
     assert "This request is decided in the ops-slack channel, not on this page." in html
     carol.post(page_url(confirmation), {"decision": "approve"})
     confirmation.refresh_from_db()
@@ -266,14 +266,16 @@ def test_the_inbox_lists_what_waits_for_the_signed_in_approver(agent, people):
     assert page_url(confirmation) in alice_inbox.split('id="waiting"')[1]
     assert 'id="waiting"' not in carol_inbox
     assert "Nothing is waiting for your decision." in carol_inbox
-    assert "1 other pending request" in carol_inbox
+    assert "other pending request" not in carol_inbox and "oa__purchase_pay" not in carol_inbox  # not hers to see
+    assert "1 other pending request" in signed_in("sam").get(reverse("approval-inbox")).content.decode()  # staff look
 
 
 def test_the_state_url_answers_the_requests_current_state_as_json(agent, people):
     confirmation = pending(agent)
     decide(confirmation.pk, "approve", actor="bob")
 
-    state = signed_in("carol").get(reverse("approval-state", args=[confirmation.pk])).json()
+    assert signed_in("carol").get(reverse("approval-state", args=[confirmation.pk])).status_code == 404
+    state = signed_in("alice").get(reverse("approval-state", args=[confirmation.pk])).json()
 
     assert state["status"] == "approved"
     assert state["decided_by"] == "web:bob"
