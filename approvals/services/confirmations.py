@@ -364,7 +364,7 @@ def _respond_whole_turn(
     applied = [pk for pk, o in results if o.applied]
     refused = [o for _, o in results if not o.applied]
     if not pending:
-        message, code = "Nothing was changed: the calls this card showed are decided already.", "already_decided"
+        message, code = "Nothing was changed. The calls this card showed are decided already.", "already_decided"
     elif callback.dry_run:
         message = "" if applied else refused[0].message
         code = "would_apply" if applied else refused[0].code
