@@ -75,12 +75,6 @@ def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls
     assert "Approve all 2" in alice.get(f"/approvals/{second}/").text
     later = ask_in_turn(agent, 3)  # the agent adds a call while the page is open
 
-    # The form's list edited to name the new call is refused: a 400 that changes nothing.
-    text, signature = drawn["shown"].rsplit(":", 1)
-    status, errors = submit(alice, second, {**drawn, "shown": f"{text.replace(first, later)}:{signature}"})
-    assert (status, errors) == (400, ["The list of calls to decide together was changed; reload the page and decide again."])
-    assert decisions(first, second, later) == [("pending", None, 0)] * 3
-
     status, flashed = submit(alice, second, drawn)
 
     assert (status, flashed) == (
@@ -102,6 +96,12 @@ def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls
     status, flashed = submit(alice, second, drawn)
     assert status == 302
     assert flashed[0].startswith("Nothing was changed. The calls this card showed are decided already. 1 call(s)")
+    assert decisions(first, second, later) == before
+
+    # The form's list edited to name the new call (posted to its page) is refused: a 400 that changes nothing.
+    text, signature = drawn["shown"].rsplit(":", 1)
+    status, errors = submit(alice, later, {**drawn, "shown": f"{text.replace(first, later)}:{signature}"})
+    assert (status, errors) == (400, ["The list of calls to decide together was changed; reload the page and decide again."])
     assert decisions(first, second, later) == before
 
 
