@@ -375,14 +375,17 @@ def _respond_whole_turn(
             message += f" {len(refused)} left unchanged: {refused[0].message}"
         code = "decided" if applied else (refused[0].code if refused else "already_decided")
     if unseen and not (callback.dry_run and applied):
-        message += f" {unseen} call(s) that joined the turn after this card was drawn are left pending: the card lists them now."
+        message += f" {unseen} {NOT_SHOWN_LEFT_PENDING}"
     owner.refresh_from_db()
-    return DecisionOutcome(
-        applied=bool(applied), code=code, message=message.strip(), card=selectors.card_view(owner, channel_name=channel_name)
-    )
+    card = selectors.card_view(owner, channel_name=channel_name)
+    return DecisionOutcome(applied=bool(applied), code=code, message=message.strip(), card=card)
 
 
-STALE_CARD = "This card is out of date, so nothing was changed: it has been redrawn with the calls pending now; decide again."
+# (a call that joined the turn after the card was drawn, or one beyond the calls a chat card lists)
+NOT_SHOWN_LEFT_PENDING = "other call(s) of this turn, not shown on this card when it was drawn, are left pending."
+STALE_CARD = (
+    "This card is out of date, so nothing was changed: it has been redrawn with the calls pending now; decide again."
+)
 NOT_ON_CARD = "This click names calls that this turn's card does not show, so nothing was changed."
 
 

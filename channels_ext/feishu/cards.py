@@ -356,7 +356,8 @@ def turn_elements(card: CardView) -> list[dict[str, Any]]:
         )  # fmt: skip
         rejects.append(
             {"tag": "button", "name": "reject_all", "type": "danger", "text": _plain(f"Reject {which}"),
-             "form_action_type": "submit", "behaviors": _callback("reject", card.confirmation_id, turn=True, shown=shown)}
+             "form_action_type": "submit",
+             "behaviors": _callback("reject", card.confirmation_id, turn=True, shown=shown)}
         )  # fmt: skip
     reason = {"tag": "input", "name": REASON_INPUT_NAME, "placeholder": _plain("Reason for rejecting"),
               "max_length": REASON_MAX_LENGTH, "width": "fill"}  # fmt: skip

@@ -372,7 +372,10 @@ class SlackAdapter(ChannelAdapter):
         if not action.value:
             raise CallbackError(400, f"the {action_id} button carries no value")
         whole_turn = action_id in (cards.APPROVE_ALL_ACTION_ID, cards.REJECT_ALL_ACTION_ID)
-        confirmation_id, shown_ids = _turn_button(action.value) if whole_turn else (unsign_confirmation_id(action.value), None)
+        if whole_turn:
+            confirmation_id, shown_ids = _turn_button(action.value)
+        else:
+            confirmation_id, shown_ids = unsign_confirmation_id(action.value), None
         user = payload.user
 
         def click(decision: str, **more: Any) -> Callback:

@@ -198,15 +198,15 @@ def test_a_whole_turn_click_decides_only_the_calls_it_names_and_a_call_that_join
 
     assert (outcome.code, outcome.message) == (
         "decided",
-        "Approved 2 call(s) of this turn. 1 call(s) that joined the turn after this card was drawn are left "
-        "pending: the card lists them now.",
+        "Approved 2 call(s) of this turn. 1 other call(s) of this turn, not shown on this card when it was drawn, "
+        "are left pending.",
     )
     assert statuses(first, second, later) == ["approved", "approved", "pending"]
     assert [(item.confirmation_id, item.status) for item in outcome.card.items][-1] == (later, "pending")
     assert not ApproverResponse.objects.filter(confirmation_id=later).exists()
     again = click(first, whole_turn=True, shown_ids=drawn)  # the same click once more
     assert (again.applied, again.code) == (False, "already_decided")
-    assert again.message.startswith("Nothing was changed. The calls this card showed are decided already. 1 call(s)")
+    assert again.message.startswith("Nothing was changed. The calls this card showed are decided already. 1 other call(s)")
     assert statuses(first, second, later) == ["approved", "approved", "pending"]
 
 
@@ -226,7 +226,9 @@ def test_a_whole_turn_click_naming_calls_not_on_its_turns_card_decides_nothing(b
     assert statuses(first, second, other_turn, alone, other_agent) == ["pending"] * 5
     assert not ApproverResponse.objects.exists()
     refused = ConfirmationEvent.objects.filter(confirmation_id=first, kind=EventKind.REFUSED_CLICK)
-    assert [e.data["shown_ids"] for e in refused] == [[other_turn], [alone], [other_agent], ["00000000-0000-0000-0000-000000000000"]]
+    assert [e.data["shown_ids"] for e in refused] == [
+        [other_turn], [alone], [other_agent], ["00000000-0000-0000-0000-000000000000"]
+    ]
 
 
 def test_a_whole_turn_click_naming_no_calls_decides_nothing_and_says_the_card_is_out_of_date(bot):

@@ -92,8 +92,8 @@ def test_approve_all_on_a_card_drawn_before_a_call_joined_decides_only_the_calls
 
     assert (toast["type"], toast["content"]) == (
         "success",
-        "Approved 2 call(s) of this turn. 1 call(s) that joined the turn after this card was drawn are left "
-        "pending: the card lists them now.",
+        "Approved 2 call(s) of this turn. 1 other call(s) of this turn, not shown on this card when it was drawn, "
+        "are left pending.",
     )
     assert [row[0] for row in decisions(first, second, later)] == ["approved", "approved", "pending"]
     assert answered["header"]["title"]["content"] == "Approval needed: 1 of 3 calls"  # the card redrawn at once
@@ -107,11 +107,13 @@ def test_approve_all_on_a_card_drawn_before_a_call_joined_decides_only_the_calls
 
     assert toast_and_card(redelivered)[0]["content"].startswith("Nothing was changed")
     assert toast_and_card(replayed)[0]["content"].startswith("Nothing was changed")
-    assert (everything_written(later)["decision"], decisions(first, second, later)) == (before[0]["decision"], before[1])
+    assert everything_written(later)["decision"] == before[0]["decision"]
+    assert decisions(first, second, later) == before[1]
 
     # The value's list edited to name the new call, or taken from another card: refused, nothing changes.
     text, signature = old_value["shown"].rsplit(":", 1)
-    for shown_value in (f"{text.replace(second, later)}:{signature}", sign_shown_ids(str(uuid.uuid4()), [first, later])):
+    another_card = sign_shown_ids(str(uuid.uuid4()), [first, later])
+    for shown_value in (f"{text.replace(second, later)}:{signature}", another_card):
         forged = feishu.click({**old_value, "shown": shown_value})
         assert (forged.status_code, forged.json()["error"]["code"]) == (400, "callback_refused")
     assert decisions(first, second, later) == before[1]
@@ -128,7 +130,8 @@ def test_approve_all_from_a_card_drawn_before_buttons_named_their_calls_decides_
 
     toast, answered = toast_and_card(feishu.click(old_value))
 
-    assert toast["type"] == "warning" and toast["content"].startswith("This card is out of date, so nothing was changed")
+    assert toast["type"] == "warning"
+    assert toast["content"].startswith("This card is out of date, so nothing was changed")
     assert decisions(first, second) == [("pending", None, 0)] * 2
     assert unsign_shown_ids(buttons(answered)["approve_all"]["shown"]) == (first, (first, second))
     assert Outbox.objects.filter(dedupe_key__startswith=f"{first}:update:current-").count() == 1

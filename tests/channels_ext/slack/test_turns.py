@@ -169,8 +169,8 @@ def test_approve_all_on_a_card_drawn_before_a_call_joined_decides_only_the_calls
     assert [row[0] for row in decisions(first, second, later)] == ["approved", "approved", "pending"]
     (note,) = wait_until(lambda: notes_to(fake_slack, "alice-all"), what="alice's note")
     assert note["text"] == (
-        "Approved 2 call(s) of this turn. 1 call(s) that joined the turn after this card was drawn are left "
-        "pending: the card lists them now."
+        "Approved 2 call(s) of this turn. 1 other call(s) of this turn, not shown on this card when it was drawn, "
+        "are left pending."
     )
     assert {f"{first}:update:approved", f"{second}:update:approved"} <= set(
         Outbox.objects.filter(kind="update").values_list("dedupe_key", flat=True)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest
+from approvals.services.confirmations import NOT_ON_CARD, STALE_CARD
 from channels_ext.base import sign_shown_ids
 from tests.channels_ext.web.conftest import PASSWORD
 
@@ -55,7 +56,8 @@ def submit(session: httpx.Client, confirmation_id: str, fields: dict[str, str], 
     if answer.status_code == 302:
         answer = session.get(answer.headers["location"])
         return 302, [html.unescape(m) for m in _FLASH.findall(answer.text)]
-    return answer.status_code, [html.unescape(m) for m in re.findall(r'<ul class="errorlist[^"]*"><li>(.*?)</li>', answer.text)]
+    errors = re.findall(r'<ul class="errorlist[^"]*"><li>(.*?)</li>', answer.text)
+    return answer.status_code, [html.unescape(m) for m in errors]
 
 
 def decisions(*confirmation_ids: str) -> list[tuple[str, Any, int]]:
@@ -80,8 +82,8 @@ def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls
     assert (status, flashed) == (
         302,
         [
-            "Approved 2 call(s) of this turn. 1 call(s) that joined the turn after this card was drawn are left "
-            "pending: the card lists them now."
+            "Approved 2 call(s) of this turn. 1 other call(s) of this turn, not shown on this card when it was "
+            "drawn, are left pending."
         ],
     )
     assert [row[0] for row in decisions(first, second, later)] == ["approved", "approved", "pending"]
@@ -95,13 +97,14 @@ def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls
     before = decisions(first, second, later)
     status, flashed = submit(alice, second, drawn)
     assert status == 302
-    assert flashed[0].startswith("Nothing was changed. The calls this card showed are decided already. 1 call(s)")
+    assert flashed[0].startswith("Nothing was changed. The calls this card showed are decided already. 1 other call(s)")
     assert decisions(first, second, later) == before
 
     # The form's list edited to name the new call (posted to its page) is refused: a 400 that changes nothing.
     text, signature = drawn["shown"].rsplit(":", 1)
     status, errors = submit(alice, later, {**drawn, "shown": f"{text.replace(first, later)}:{signature}"})
-    assert (status, errors) == (400, ["The list of calls to decide together was changed; reload the page and decide again."])
+    assert status == 400
+    assert errors == ["The list of calls to decide together was changed; reload the page and decide again."]
     assert decisions(first, second, later) == before
 
 
@@ -114,11 +117,8 @@ def test_a_whole_turn_form_without_its_list_or_with_another_turns_list_decides_n
     old_page = submit(alice, first, {"csrfmiddlewaretoken": drawn["csrfmiddlewaretoken"]})  # drawn before forms had it
     another_card = submit(alice, first, {**drawn, "shown": sign_shown_ids(other_turn[0], other_turn)})
 
-    assert old_page == (
-        302,
-        ["This card is out of date, so nothing was changed: it has been redrawn with the calls pending now; decide again."],
-    )
-    assert another_card == (302, ["This click names calls that this turn's card does not show, so nothing was changed."])
+    assert old_page == (302, [STALE_CARD])
+    assert another_card == (302, [NOT_ON_CARD])
     assert decisions(first, second, *other_turn) == [("pending", None, 0)] * 4
     refused = ConfirmationEvent.objects.filter(confirmation_id=first, kind="refused_click")
     assert [e.actor for e in refused] == ["web:alice", "web:alice"]
