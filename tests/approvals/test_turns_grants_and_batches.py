@@ -206,7 +206,9 @@ def test_a_whole_turn_click_decides_only_the_calls_it_names_and_a_call_that_join
     assert not ApproverResponse.objects.filter(confirmation_id=later).exists()
     again = click(first, whole_turn=True, shown_ids=drawn)  # the same click once more
     assert (again.applied, again.code) == (False, "already_decided")
-    assert again.message.startswith("Nothing was changed. The calls this card showed are decided already. 1 other call(s)")
+    assert again.message.startswith(
+        "Nothing was changed. The calls this card showed are decided already. 1 other call(s)"
+    )
     assert statuses(first, second, later) == ["approved", "approved", "pending"]
 
 
