@@ -25,6 +25,7 @@ from tests.channels_ext.slack.test_end_to_end import (  # noqa: F401 - fixtures:
     posted_card,
     slack_agent,
 )
+from tests.conftest import ask_in_turn, decisions
 from tests.fakes.slack_api import (
     FakeSlack,
     block_actions_payload,
@@ -81,19 +82,16 @@ def turn_button_value(message: dict[str, Any], action_id: str = "approve_all") -
     return button["value"]
 
 
-def decisions(*confirmation_ids: str) -> list[tuple[str, Any, int]]:
-    """What a click could change about these requests: status, when decided, how many responses."""
-    rows = []
-    for pk in confirmation_ids:
-        confirmation = ConfirmationRequest.objects.get(pk=pk)
-        rows.append((confirmation.status, confirmation.decided_at, confirmation.responses.count()))
-    return rows
-
-
-def ask_in_turn(slack_agent, amount: int) -> str:
-    answer = slack_agent.pre_tool_use(TOOL, {"amount": amount}, turn_id="t-1", user_id="u-42").json()
-    assert answer["decision"] == "pending", answer
-    return answer["confirmation_id"]
+def seen_then_joined(slack_agent, fake_slack: FakeSlack) -> tuple[str, str, str, PostedCard, dict[str, Any]]:
+    """Two calls of a turn on one card, the card as the approver sees it then, and a third call that
+    joins the card after that: (first, second, third, the card, the message as it was seen)."""
+    first = ask_in_turn(slack_agent, 1)
+    card = posted_card(fake_slack)
+    second = ask_in_turn(slack_agent, 2)
+    seen = showing(fake_slack, card, "Approval needed: 2 of 2 calls of one turn")
+    later = ask_in_turn(slack_agent, 3)  # the agent adds a call; the card is redrawn with it
+    showing(fake_slack, card, "Approval needed: 3 of 3 calls of one turn")
+    return first, second, later, card, seen
 
 
 def test_the_calls_of_one_turn_share_one_card_decided_one_by_one_or_all_at_once(
@@ -154,12 +152,7 @@ def test_the_calls_of_one_turn_share_one_card_decided_one_by_one_or_all_at_once(
 def test_approve_all_on_a_card_drawn_before_a_call_joined_decides_only_the_calls_it_showed(
     slack_agent, fake_slack, live_gateway
 ):
-    first = ask_in_turn(slack_agent, 1)
-    card = posted_card(fake_slack)
-    second = ask_in_turn(slack_agent, 2)
-    seen = showing(fake_slack, card, "Approval needed: 2 of 2 calls of one turn")  # what alice looks at
-    later = ask_in_turn(slack_agent, 3)  # the agent adds a call; the card is redrawn with it
-    showing(fake_slack, card, "Approval needed: 3 of 3 calls of one turn")
+    first, second, later, card, seen = seen_then_joined(slack_agent, fake_slack)
 
     # Alice presses Approve all 2 on the card as she saw it.
     payload = click_on(fake_slack, card, seen, ALICE, "turn_actions", "approve_all", "alice-all")
@@ -220,12 +213,7 @@ def test_an_approve_all_from_a_card_drawn_before_buttons_named_their_calls_decid
 def test_reject_all_on_a_card_drawn_before_a_call_joined_rejects_only_the_calls_it_showed(
     slack_agent, fake_slack, live_gateway
 ):
-    first = ask_in_turn(slack_agent, 1)
-    card = posted_card(fake_slack)
-    second = ask_in_turn(slack_agent, 2)
-    seen = showing(fake_slack, card, "Approval needed: 2 of 2 calls of one turn")
-    later = ask_in_turn(slack_agent, 3)
-    showing(fake_slack, card, "Approval needed: 3 of 3 calls of one turn")
+    first, second, later, card, seen = seen_then_joined(slack_agent, fake_slack)
 
     pressed = post_interaction(live_gateway, click_on(fake_slack, card, seen, BOB, "turn_actions", "reject_all", "bob"))
     assert pressed.status_code == 200
@@ -239,7 +227,9 @@ def test_reject_all_on_a_card_drawn_before_a_call_joined_rejects_only_the_calls_
     showing(fake_slack, card, "Approval needed: 1 of 3 calls of one turn")
 
 
-def post_signed(live_gateway, body: bytes, stamp: int, more_headers: dict[str, str] | None = None) -> httpx.Response:
+def post_signed(
+    live_gateway, body: bytes, stamp: int, more_headers: dict[str, str] | None = None
+) -> httpx.Response:
     """POST an interactivity body signed at `stamp` (the same bytes and headers twice: a retry or a replay)."""
     headers = {
         "Content-Type": "application/x-www-form-urlencoded",

@@ -8,27 +8,20 @@ from __future__ import annotations
 import html
 import re
 import uuid
-from typing import Any
 
 import httpx
 import pytest
 
-from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest
+from approvals.models import ApproverResponse, ConfirmationEvent
 from approvals.services.confirmations import NOT_ON_CARD, STALE_CARD
 from channels_ext.base import sign_shown_ids
 from tests.channels_ext.web.conftest import PASSWORD
+from tests.conftest import ask_in_turn, decisions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TOOL = "oa__purchase_pay"
 _HIDDEN = re.compile(r'<input type="hidden" name="(csrfmiddlewaretoken|shown)" value="([^"]*)"')
 _FLASH = re.compile(r'<li class="(?:success|warning|error)" role="status">(.*?)</li>')
-
-
-def ask_in_turn(agent, amount: int, turn: str = "t-1") -> str:
-    answer = agent.pre_tool_use(TOOL, {"amount": amount}, turn_id=turn, user_id="u-42").json()
-    assert answer["decision"] == "pending", answer
-    return answer["confirmation_id"]
 
 
 def signed_in(live_gateway, username: str) -> httpx.Client:
@@ -48,7 +41,9 @@ def page_form(session: httpx.Client, confirmation_id: str) -> dict[str, str]:
     return {name: html.unescape(value) for name, value in _HIDDEN.findall(page.text)}
 
 
-def submit(session: httpx.Client, confirmation_id: str, fields: dict[str, str], **more: str) -> tuple[int, list[str]]:
+def submit(
+    session: httpx.Client, confirmation_id: str, fields: dict[str, str], **more: str
+) -> tuple[int, list[str]]:
     """Press a whole-turn button of the form (`whole_turn` is set by the page's script): the status,
     and the page's messages after the redirect."""
     data = {**fields, "whole_turn": "1", "reason": "", "decision": "approve", **more}
@@ -59,13 +54,6 @@ def submit(session: httpx.Client, confirmation_id: str, fields: dict[str, str], 
     errors = re.findall(r'<ul class="errorlist[^"]*"><li>(.*?)</li>', answer.text)
     return answer.status_code, [html.unescape(m) for m in errors]
 
-
-def decisions(*confirmation_ids: str) -> list[tuple[str, Any, int]]:
-    rows = []
-    for pk in confirmation_ids:
-        confirmation = ConfirmationRequest.objects.get(pk=pk)
-        rows.append((confirmation.status, confirmation.decided_at, confirmation.responses.count()))
-    return rows
 
 
 def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls_it_listed(
@@ -108,7 +96,9 @@ def test_approve_all_on_a_page_drawn_before_a_call_joined_decides_only_the_calls
     assert decisions(first, second, later) == before
 
 
-def test_a_whole_turn_form_without_its_list_or_with_another_turns_list_decides_nothing(agent, people, live_gateway):
+def test_a_whole_turn_form_without_its_list_or_with_another_turns_list_decides_nothing(
+    agent, people, live_gateway
+):
     first, second = ask_in_turn(agent, 1), ask_in_turn(agent, 2)
     other_turn = [ask_in_turn(agent, n, turn="t-2") for n in (3, 4)]
     alice = signed_in(live_gateway, "alice")
