@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 from django.core import signing
@@ -194,6 +194,11 @@ class CardView:
         drawn from it may decide (`Callback.shown_ids`)."""
         return tuple(item.confirmation_id for item in self.items) or (self.confirmation_id,)
 
+    def offered_ids(self, limit: int | None = None) -> tuple[str, ...]:
+        """The pending calls among the first `limit` this card lists (all: None): what its "Approve all" /
+        "Reject all" offer, and so what their buttons carry as `Callback.shown_ids` (`sign_shown_ids`)."""
+        return tuple(item.confirmation_id for item in self.items[:limit] if item.is_pending)
+
     @property
     def is_pending(self) -> bool:
         return self.status == "pending"
@@ -232,7 +237,8 @@ class DecisionOutcome:
 
     applied: bool  # True if this click was recorded (or, for a dry run, would be)
     # decided | recorded | would_apply | not_approver | self_approval | already_decided | not_found | duplicate
-    # | edit_refused | grant_refused
+    # | edit_refused | grant_refused | stale_card (a whole-turn click that names no calls: the card is redrawn)
+    # | not_on_card (a whole-turn click naming calls its turn's card does not show)
     code: str
     message: str  # one sentence for the clicker
     card: CardView | None  # current state to redraw (None for not_found)
@@ -349,3 +355,26 @@ def unsign_confirmation_id(value: str) -> str:
         return signing.Signer(salt=_SIGNER_SALT).unsign(str(value))
     except signing.BadSignature:
         raise CallbackError(400, "the button value is not one this gateway signed") from None
+
+
+# A turn's "Approve all" / "Reject all" carries the calls its card offered, signed together with the
+# turn's lead: the click decides exactly those (`Callback.shown_ids`), a call that joined the turn
+# later is not among them, and a list edited or taken from another card fails the signature or
+# names calls that are not this card's (docs/approving.md).
+_SHOWN_SIGNER_SALT = "channels_ext.turn_button"
+
+
+def sign_shown_ids(confirmation_id: str, shown_ids: Sequence[str]) -> str:
+    """`<lead id>;<id>,<id>…:<signature>`: about 37 characters per call (Slack's button value holds
+    2000, so a card offers "all" for the 15 calls it lists at most)."""
+    return signing.Signer(salt=_SHOWN_SIGNER_SALT).sign(f"{confirmation_id};{','.join(map(str, shown_ids))}")
+
+
+def unsign_shown_ids(value: str) -> tuple[str, tuple[str, ...]]:
+    """(the lead's id, the calls offered) from a value `sign_shown_ids` made; CallbackError(400) otherwise."""
+    try:
+        text = signing.Signer(salt=_SHOWN_SIGNER_SALT).unsign(str(value))
+    except signing.BadSignature:
+        raise CallbackError(400, "the list of calls this button decides is not one this gateway signed") from None
+    lead, _, ids = text.partition(";")
+    return lead, tuple(pk for pk in ids.split(",") if pk)

@@ -157,6 +157,24 @@ def other_agent(live_gateway, web_gate):
     client.http.close()
 
 
+def ask_in_turn(agent: AgentClient, amount: int, turn: str = "t-1") -> str:
+    """A gated payment of `turn` (pending: a later one joins the first one's card); its confirmation id."""
+    answer = agent.pre_tool_use("oa__purchase_pay", {"amount": amount}, turn_id=turn, user_id="u-42").json()
+    assert answer["decision"] == "pending", answer
+    return answer["confirmation_id"]
+
+
+def decisions(*confirmation_ids: str) -> list[tuple]:
+    """What a click could change about these requests: (status, when decided, how many responses) each."""
+    from approvals.models import ConfirmationRequest
+
+    rows = []
+    for pk in confirmation_ids:
+        confirmation = ConfirmationRequest.objects.get(pk=pk)
+        rows.append((confirmation.status, confirmation.decided_at, confirmation.responses.count()))
+    return rows
+
+
 def decide(confirmation_id: str, decision: str, actor: str = "alice", reason: str = "", channel: str = "web"):
     """An approver's click, through the same service every channel calls."""
     from approvals import services

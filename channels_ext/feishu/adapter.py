@@ -61,6 +61,7 @@ from channels_ext.base import (
     DecisionOutcome,
     MessageRef,
     unsign_confirmation_id,
+    unsign_shown_ids,
 )
 from channels_ext.connections.link import ChannelLink
 from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME, render_card
@@ -405,6 +406,8 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     grant = value.get("grant")
     if grant is not None and (isinstance(grant, bool) or not isinstance(grant, int) or not 0 <= grant < 100):
         raise CallbackError(400, "the button value's grant is not a scope number")
+    whole_turn = value.get("turn") is True
+    shown_ids = _shown_ids(value.get("shown"), confirmation_id) if whole_turn else None
     return Callback(
         confirmation_id=confirmation_id,
         decision=decision,
@@ -413,8 +416,23 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
         dedupe_key=str(header.get("event_id") or ""),
         grant=grant if decision == "approve" else None,
         edits=_edits(value.get("edit"), form_value) if decision == "approve" else None,
-        whole_turn=value.get("turn") is True,
+        whole_turn=whole_turn,
+        shown_ids=shown_ids,
     )
+
+
+def _shown_ids(shown: Any, confirmation_id: str) -> tuple[str, ...] | None:
+    """The calls a turn's Approve all / Reject all decides (its value's signed `shown`). A card drawn
+    before the buttons carried them has none: None, so the click decides nothing and the card is
+    redrawn (`Callback.shown_ids`)."""
+    if shown is None:
+        return None
+    if not isinstance(shown, str):
+        raise CallbackError(400, "the button value's shown is not a signed list of calls")
+    lead, shown_ids = unsign_shown_ids(shown)
+    if lead != confirmation_id:
+        raise CallbackError(400, "the button value's list of calls belongs to another card")
+    return shown_ids
 
 
 class UnreadableEdit(CallbackError):

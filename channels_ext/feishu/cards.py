@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
+from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
 
 APPROVE_BUTTON_NAME = "approve"
 REJECT_BUTTON_NAME = "reject"
@@ -317,7 +317,8 @@ def _item_line(number: int, item: Any) -> str:
 
 def turn_elements(card: CardView) -> list[dict[str, Any]]:
     """A turn's card: each call listed, Approve <n> for each pending one, Approve all, and one reject
-    form (a reason, Reject <n> for each pending call, Reject all)."""
+    form (a reason, Reject <n> for each pending call, Reject all). "All" is the pending calls listed,
+    signed into the buttons' value (`shown`), so a call that joins the turn later stays pending."""
     lines = [_item_line(n, item) for n, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1)]
     if len(card.items) > MAX_TURN_ITEMS:
         lines.append(f"… {len(card.items) - MAX_TURN_ITEMS} more on the approval page")
@@ -343,14 +344,20 @@ def turn_elements(card: CardView) -> list[dict[str, Any]]:
          "form_action_type": "submit", "behaviors": _callback("reject", item.confirmation_id)}
         for n, item in numbered
     ]  # fmt: skip
-    if len(card.pending_items) > 1:
+    offered = card.offered_ids(MAX_TURN_ITEMS)
+    if len(offered) > 1:
+        # The value carries the calls listed here, signed: the click decides these and no call that
+        # joins the turn later (`Callback.shown_ids`).
+        shown = sign_shown_ids(card.confirmation_id, offered)
+        which = f"all {len(offered)}" if len(offered) == len(card.pending_items) else f"the {len(offered)} listed"
         approves.append(
-            {"tag": "button", "name": "approve_all", "type": "primary", "text": _plain(f"Approve all {len(card.pending_items)}"),
-             "behaviors": _callback("approve", card.confirmation_id, turn=True)}
+            {"tag": "button", "name": "approve_all", "type": "primary", "text": _plain(f"Approve {which}"),
+             "behaviors": _callback("approve", card.confirmation_id, turn=True, shown=shown)}
         )  # fmt: skip
         rejects.append(
-            {"tag": "button", "name": "reject_all", "type": "danger", "text": _plain(f"Reject all {len(card.pending_items)}"),
-             "form_action_type": "submit", "behaviors": _callback("reject", card.confirmation_id, turn=True)}
+            {"tag": "button", "name": "reject_all", "type": "danger", "text": _plain(f"Reject {which}"),
+             "form_action_type": "submit",
+             "behaviors": _callback("reject", card.confirmation_id, turn=True, shown=shown)}
         )  # fmt: skip
     reason = {"tag": "input", "name": REASON_INPUT_NAME, "placeholder": _plain("Reason for rejecting"),
               "max_length": REASON_MAX_LENGTH, "width": "fill"}  # fmt: skip

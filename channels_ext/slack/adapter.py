@@ -39,6 +39,7 @@ from channels_ext.base import (
     sign_confirmation_id,
     split_actor,
     unsign_confirmation_id,
+    unsign_shown_ids,
 )
 from channels_ext.connections.link import ChannelLink
 from channels_ext.slack import cards
@@ -125,6 +126,7 @@ class _RejectMetadata(_Payload):
     channel: str = ""
     ts: str = ""
     whole_turn: bool = False  # Reject all on a turn's card
+    shown: str = ""  # with whole_turn: the Reject all button's value (the calls it decides, signed)
 
 
 class _EditMetadata(_Payload):
@@ -369,7 +371,11 @@ class SlackAdapter(ChannelAdapter):
             return None
         if not action.value:
             raise CallbackError(400, f"the {action_id} button carries no value")
-        confirmation_id = unsign_confirmation_id(action.value)
+        whole_turn = action_id in (cards.APPROVE_ALL_ACTION_ID, cards.REJECT_ALL_ACTION_ID)
+        if whole_turn:
+            confirmation_id, shown_ids = _turn_button(action.value)
+        else:
+            confirmation_id, shown_ids = unsign_confirmation_id(action.value), None
         user = payload.user
 
         def click(decision: str, **more: Any) -> Callback:
@@ -378,8 +384,9 @@ class SlackAdapter(ChannelAdapter):
             )
 
         if action_id in (cards.APPROVE_ACTION_ID, cards.APPROVE_ALL_ACTION_ID) or grant is not None:
-            whole_turn = action_id == cards.APPROVE_ALL_ACTION_ID
-            outcome = decide(click("approve", dedupe_key=dedupe_key, grant=grant, whole_turn=whole_turn))
+            outcome = decide(
+                click("approve", dedupe_key=dedupe_key, grant=grant, whole_turn=whole_turn, shown_ids=shown_ids)
+            )
             # A redelivery of a click already handled (same dedupe_key) gets no second note; a turn's
             # "all" always says what it did, since some calls may have been left as they were.
             if whole_turn or (not outcome.applied and not (dedupe_key and outcome.code == "duplicate")):
@@ -406,8 +413,7 @@ class SlackAdapter(ChannelAdapter):
             return None
 
         # Reject: check first that a rejection would count, so nobody types a reason for nothing.
-        whole_turn = action_id == cards.REJECT_ALL_ACTION_ID
-        outcome = decide(click("reject", dry_run=True, whole_turn=whole_turn))
+        outcome = decide(click("reject", dry_run=True, whole_turn=whole_turn, shown_ids=shown_ids))
         if not outcome.applied:
             self._tell_clicker(payload.response_url, cards.escape(outcome.message))
             return None
@@ -419,9 +425,10 @@ class SlackAdapter(ChannelAdapter):
             channel=payload.container.channel_id,
             ts=payload.container.message_ts,
             whole_turn=whole_turn,
+            shown=action.value if whole_turn else "",
         )
         # `whole_turn` only when set: a single call's modal carries what it always did.
-        dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn"})
+        dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn", "shown"})
         self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
         return None
 
@@ -478,6 +485,11 @@ class SlackAdapter(ChannelAdapter):
             raise CallbackError(400, "the reject form's private_metadata is not JSON") from None
         metadata: _RejectMetadata = _parse(_RejectMetadata, metadata_json, "reject form metadata")
         confirmation_id = unsign_confirmation_id(metadata.confirmation)
+        shown_ids = None
+        if metadata.whole_turn and metadata.shown:
+            lead, shown_ids = _turn_button(metadata.shown)
+            if lead != confirmation_id:
+                raise CallbackError(400, "the reject form's list of calls belongs to another card")
         try:
             reason = payload.view.state.values[cards.REASON_BLOCK_ID][cards.REASON_ACTION_ID].get("value") or ""
         except KeyError:
@@ -493,6 +505,7 @@ class SlackAdapter(ChannelAdapter):
                 reason=reason.strip(),
                 dedupe_key=dedupe_key,
                 whole_turn=metadata.whole_turn,
+                shown_ids=shown_ids,
             )
         )
         if outcome.applied:
@@ -512,6 +525,16 @@ class SlackAdapter(ChannelAdapter):
         except Exception:
             # The click itself was handled; only the courtesy note is lost (broker down).
             logger.exception("could not queue the slack response_url note")
+
+
+def _turn_button(value: str) -> tuple[str, tuple[str, ...] | None]:
+    """(the turn's lead, the calls it decides) from an Approve all / Reject all button's value. A card
+    drawn before these buttons carried the calls has the lead's signed id alone: no calls (None), so
+    the click decides nothing and the card is redrawn (`Callback.shown_ids`)."""
+    try:
+        return unsign_shown_ids(value)
+    except CallbackError:
+        return unsign_confirmation_id(value), None
 
 
 def _grant_index(action_id: str) -> int | None:

@@ -13,14 +13,14 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
+from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
 REJECT_ACTION_ID = "reject"
 EDIT_BUTTON_ACTION_ID = "edit"  # opens the edit modal
 GRANT_ACTION_PREFIX = "approve_grant_"  # + the index of the offered scope
-APPROVE_ALL_ACTION_ID = "approve_all"  # every pending call of a turn's card
+APPROVE_ALL_ACTION_ID = "approve_all"  # the pending calls a turn's card lists (their ids signed in the value)
 REJECT_ALL_ACTION_ID = "reject_all"
 TURN_ACTIONS_BLOCK_ID = "turn_actions"
 ITEM_BLOCK_PREFIX = "item_"  # + the call's position: its own Approve / Reject on a turn's card
@@ -37,7 +37,8 @@ EDIT_VALUE_LIMIT = 3000  # plain_text_input's max_length
 MAX_EDIT_FIELDS = 20
 MAX_TURN_ITEMS = 15  # 50 blocks per message: two per call, and the rest of the card
 
-# Slack's limits: section text 3000, section field 2000, header 150, fallback text 40000.
+# Slack's limits: section text 3000, section field 2000, header 150, fallback text 40000, button value 2000.
+BUTTON_VALUE_LIMIT = 2000
 SECTION_TEXT_LIMIT = 3000
 FIELD_TEXT_LIMIT = 2000
 HEADER_TEXT_LIMIT = 150
@@ -254,7 +255,8 @@ def _item_line(number: int, item: Any) -> str:
 
 def turn_blocks(card: CardView) -> list[dict[str, Any]]:
     """A turn's card: the calls one agent turn made, each with its own Approve / Reject while
-    pending, and Approve all / Reject all for those still pending."""
+    pending, and Approve all / Reject all for the pending calls it lists — exactly those: their
+    ids are signed into the buttons' value, so a call that joins the turn later stays pending."""
     pending = card.pending_items
     title = f"Approval needed: {len(pending)} of {len(card.items)} calls of one turn" if pending else "Calls of one turn"
     blocks: list[dict[str, Any]] = [{"type": "header", "text": _plain(cut(title, HEADER_TEXT_LIMIT))}]
@@ -284,17 +286,21 @@ def turn_blocks(card: CardView) -> list[dict[str, Any]]:
         blocks.append(_mrkdwn_section(f"_… {len(card.items) - MAX_TURN_ITEMS} more calls: <{card.url}|see them all>_"))
     blocks.append(_mrkdwn_section("\n".join(_details_lines(card))))
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{card.url}|Open in browser>"}]})
-    if len(pending) > 1:
-        value = sign_confirmation_id(card.confirmation_id)
+    offered = card.offered_ids(MAX_TURN_ITEMS)
+    if len(offered) > 1:
+        # The buttons carry the calls listed here, signed: the click decides these and no call that
+        # joins the turn later (MAX_TURN_ITEMS ids fit well within BUTTON_VALUE_LIMIT).
+        value = sign_shown_ids(card.confirmation_id, offered)
+        which = f"all {len(offered)}" if len(offered) == len(pending) else f"the {len(offered)} listed"
         blocks.append(
             {
                 "type": "actions",
                 "block_id": TURN_ACTIONS_BLOCK_ID,
                 "elements": [
                     {"type": "button", "action_id": APPROVE_ALL_ACTION_ID, "style": "primary",
-                     "text": _plain(f"Approve all {len(pending)}"), "value": value},
+                     "text": _plain(f"Approve {which}"), "value": value},
                     {"type": "button", "action_id": REJECT_ALL_ACTION_ID, "style": "danger",
-                     "text": _plain(f"Reject all {len(pending)}"), "value": value},
+                     "text": _plain(f"Reject {which}"), "value": value},
                 ],
             }
         )  # fmt: skip

@@ -9,6 +9,8 @@ from typing import Any
 
 from django import forms
 
+from channels_ext.base import CallbackError, unsign_shown_ids
+
 # An edited argument is posted as `edit.<path>` = its new value in JSON.
 EDIT_PREFIX = "edit."
 REJECT_NEEDS_REASON = "Say why you reject this request; the agent is told your reason."
@@ -17,7 +19,10 @@ REJECT_NEEDS_REASON = "Say why you reject this request; the agent is told your r
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")], required=False)
     grant = forms.IntegerField(required=False, min_value=0, max_value=99)  # approve for the offered scope at this index
-    whole_turn = forms.BooleanField(required=False)  # decide every pending call of the turn
+    whole_turn = forms.BooleanField(required=False)  # decide the pending calls of the turn the page listed
+    # With whole_turn: those calls, signed when the page was drawn (`sign_shown_ids`), so a call that
+    # joined the turn since stays pending and an edited list is refused.
+    shown = forms.CharField(required=False, max_length=8000, strip=False)
     reason = forms.CharField(required=False, max_length=2000, strip=True)
 
     def clean(self) -> dict:
@@ -30,7 +35,20 @@ class DecisionForm(forms.Form):
             # The agent (and the person behind it) is told why; an empty reason tells them nothing.
             self.add_error("reason", REJECT_NEEDS_REASON)
         data["edits"] = self._edits() if data.get("decision") == "approve" else {}
+        data["shown_ids"] = self._shown_ids() if data.get("whole_turn") else None
         return data
+
+    def _shown_ids(self) -> tuple[str, ...] | None:
+        """The calls the page offered to decide together; None when the form carries none (a page
+        drawn before it did: the service decides nothing and says the page is out of date)."""
+        shown = self.cleaned_data.get("shown")
+        if not shown:
+            return None
+        try:
+            return unsign_shown_ids(shown)[1]
+        except CallbackError:
+            self.add_error(None, "The list of calls to decide together was changed; reload the page and decide again.")
+            return None
 
     def _edits(self) -> dict[str, Any]:
         """Every `edit.<path>` posted, parsed as JSON. Which paths may change (and whether a value

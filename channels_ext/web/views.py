@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from approvals import selectors, services
 from approvals.arguments import get_path
 from approvals.models import ConfirmationRequest, Grant, Status
-from channels_ext.base import Callback
+from channels_ext.base import Callback, sign_shown_ids
 from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
 from channels_ext.web.forms import BatchForm, DecisionForm
 
@@ -180,6 +180,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
                 edits=data["edits"] or None,
                 grant=data["grant"],
                 whole_turn=data["whole_turn"],
+                shown_ids=data["shown_ids"],
             ),
             actor_kind="web",  # recorded as web:<username>
             with_card=False,  # the page reads the request itself
@@ -203,6 +204,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
     tool_call = getattr(confirmation, "tool_call", None)
     pending = confirmation.status == Status.PENDING
     turn = list(card.items)
+    offered = card.offered_ids()  # "Approve all" decides these: the pending calls listed below
     return render(
         request,
         "approvals/page.html",
@@ -221,7 +223,8 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             "grant_options": card.grant_options if viewer.can_decide and pending else (),
             "grants": Grant.objects.filter(confirmation=confirmation).order_by("created_at"),
             "turn": turn,
-            "turn_pending": sum(1 for item in turn if item.is_pending),
+            "turn_pending": len(offered),
+            "turn_shown": sign_shown_ids(card.confirmation_id, offered) if len(offered) > 1 else "",
             "metadata_text": json.dumps(confirmation.metadata, indent=2, ensure_ascii=False) if confirmation.metadata else "",
             "responses": confirmation.responses.all(),
             "events": confirmation.events.all(),

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
-from approvals import services
+from approvals import selectors, services
 from approvals.models import (
     Agent,
     ApproverResponse,
@@ -65,6 +65,12 @@ def click(confirmation_id, decision: str = "approve", actor: str = "alice", **mo
     )
 
 
+def shown_on_card(confirmation_id) -> tuple[str, ...]:
+    """The calls a whole-turn button drawn now would decide (`Callback.shown_ids`)."""
+    owner = selectors.card_owner(ConfirmationRequest.objects.get(pk=confirmation_id))
+    return selectors.card_view(owner).offered_ids()
+
+
 def terminal_events(confirmation_id) -> list[str]:
     kinds = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id).values_list("kind", flat=True)
     return [k for k in kinds if k in ("approved", "rejected", "expired", "cancelled")]
@@ -88,7 +94,7 @@ def test_a_later_call_of_a_turn_joins_its_pending_first_and_no_grant_lets_it_pas
     denied = ask(bot, "fs__write", {"path": "/etc/passwd"}, turn="t-3")
     assert (denied.decision, denied.reason) == ("deny", "never /etc")
 
-    outcome = click(first.confirmation_id, whole_turn=True)
+    outcome = click(first.confirmation_id, whole_turn=True, shown_ids=shown_on_card(first.confirmation_id))
 
     assert outcome.message == "Approved 2 call(s) of this turn."
     for pk in (first.confirmation_id, second.confirmation_id):
@@ -181,6 +187,71 @@ def test_the_session_ending_ends_its_grants(bot):
     assert ask(bot, "oa__pay", {"amount": 1}).decision == "pending"
 
 
+def statuses(*confirmation_ids) -> list[str]:
+    return [ConfirmationRequest.objects.get(pk=pk).status for pk in confirmation_ids]
+
+
+def test_a_whole_turn_click_decides_only_the_calls_it_names_and_a_call_that_joined_later_stays_pending(bot):
+    first = ask(bot, "oa__pay", {"n": 1}, turn="t-1").confirmation_id
+    second = ask(bot, "oa__pay", {"n": 2}, turn="t-1").confirmation_id
+    drawn = shown_on_card(first)  # the card as the approver saw it
+    later = ask(bot, "oa__pay", {"n": 3}, turn="t-1").confirmation_id  # joins the card after it was drawn
+
+    outcome = click(second, whole_turn=True, shown_ids=drawn)
+
+    assert (outcome.code, outcome.message) == (
+        "decided",
+        "Approved 2 call(s) of this turn. 1 other call(s) of this turn, not shown on this card when it was drawn, "
+        "are left pending.",
+    )
+    assert statuses(first, second, later) == ["approved", "approved", "pending"]
+    assert [(item.confirmation_id, item.status) for item in outcome.card.items][-1] == (later, "pending")
+    assert not ApproverResponse.objects.filter(confirmation_id=later).exists()
+    again = click(first, whole_turn=True, shown_ids=drawn)  # the same click once more
+    assert (again.applied, again.code) == (False, "already_decided")
+    assert again.message.startswith(
+        "Nothing was changed. The calls this card showed are decided already. 1 other call(s)"
+    )
+    assert statuses(first, second, later) == ["approved", "approved", "pending"]
+
+
+def test_a_whole_turn_click_naming_calls_not_on_its_turns_card_decides_nothing(bot):
+    apply_config(CONFIG + "  - name: other\n    hooks: [{kind: approval_gate, channel: web, approvers: [alice]}]\n")
+    first = ask(bot, "oa__pay", {"n": 1}, turn="t-1").confirmation_id
+    second = ask(bot, "oa__pay", {"n": 2}, turn="t-1").confirmation_id
+    other_turn = ask(bot, "oa__pay", {"n": 3}, turn="t-2").confirmation_id
+    alone = ask(bot, "oa__pay", {"n": 4}).confirmation_id
+    other_agent = ask(Agent.objects.get(name="other"), "deploy", {}, turn="t-1").confirmation_id
+
+    for foreign in (other_turn, alone, other_agent, "00000000-0000-0000-0000-000000000000"):
+        outcome = click(first, whole_turn=True, shown_ids=(first, second, foreign))
+        assert (outcome.applied, outcome.code) == (False, "not_on_card")
+        assert outcome.message == "This click names calls that this turn's card does not show, so nothing was changed."
+
+    assert statuses(first, second, other_turn, alone, other_agent) == ["pending"] * 5
+    assert not ApproverResponse.objects.exists()
+    refused = ConfirmationEvent.objects.filter(confirmation_id=first, kind=EventKind.REFUSED_CLICK)
+    assert [e.data["shown_ids"] for e in refused] == [
+        [other_turn], [alone], [other_agent], ["00000000-0000-0000-0000-000000000000"]
+    ]
+
+
+def test_a_whole_turn_click_naming_no_calls_decides_nothing_and_says_the_card_is_out_of_date(bot):
+    first = ask(bot, "oa__pay", {"n": 1}, turn="t-1").confirmation_id
+    second = ask(bot, "oa__pay", {"n": 2}, turn="t-1").confirmation_id
+
+    for shown_ids in (None, ()):
+        outcome = click(second, whole_turn=True, shown_ids=shown_ids)
+        assert (outcome.applied, outcome.code) == (False, "stale_card")
+        assert outcome.message.startswith("This card is out of date, so nothing was changed")
+        assert outcome.card.offered_ids() == (first, second)  # what a redrawn card offers
+        dry = click(second, "reject", reason="no", whole_turn=True, shown_ids=shown_ids, dry_run=True)
+        assert (dry.applied, dry.code) == (False, "stale_card")  # Slack's Reject all opens no modal
+
+    assert statuses(first, second) == ["pending", "pending"]
+    assert not ApproverResponse.objects.exists()
+
+
 # --------------------------------------------------------------------------- races
 
 
@@ -265,10 +336,11 @@ def test_a_whole_turn_decision_racing_single_clicks_decides_each_call_exactly_on
         turn = f"t-{round_}"
         ids = [ask(bot, "oa__pay", {"n": n}, turn=turn).confirmation_id for n in range(3)]
 
+        shown = shown_on_card(ids[0])
         run_together(
-            lambda: click(ids[0], actor="alice", whole_turn=True),
+            lambda: click(ids[0], actor="alice", whole_turn=True, shown_ids=shown),
             lambda: click(ids[1], "reject", actor="bob", reason="not this one"),
-            lambda: click(ids[2], "reject", actor="bob", reason="nor this", whole_turn=True),
+            lambda: click(ids[2], "reject", actor="bob", reason="nor this", whole_turn=True, shown_ids=shown),
         )
 
         for pk in ids:

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from channels_ext.base import CardView, unsign_confirmation_id
+from channels_ext.base import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
 from channels_ext.slack import cards
 
 URL = "http://127.0.0.1:8000/approvals/6f1c2e1a-0000-4000-8000-000000000001"
@@ -178,3 +178,25 @@ def test_the_reject_modal_asks_for_a_required_reason() -> None:
     assert reason["block_id"] == cards.REASON_BLOCK_ID
     assert reason["element"]["action_id"] == cards.REASON_ACTION_ID
     assert "optional" not in reason
+
+
+def test_a_turns_approve_all_carries_the_listed_pending_calls_signed_within_slacks_button_limit() -> None:
+    items = tuple(
+        CardItem(
+            confirmation_id=f"6f1c2e1a-0000-4000-8000-{n:012d}",
+            tool_name="oa__purchase_pay",
+            tool_args={"amount": n},
+            status="approved" if n == 1 else "pending",
+        )
+        for n in range(1, 41)  # more calls than a card lists
+    )
+    card = make_card(confirmation_id=items[0].confirmation_id, items=items)
+
+    blocks = cards.card_blocks(card)
+
+    (turn,) = [b for b in blocks if b.get("block_id") == cards.TURN_ACTIONS_BLOCK_ID]
+    assert [e["text"]["text"] for e in turn["elements"]] == ["Approve the 14 listed", "Reject the 14 listed"]
+    value = turn["elements"][0]["value"]
+    assert len(value) <= cards.BUTTON_VALUE_LIMIT
+    listed_pending = tuple(item.confirmation_id for item in items[1 : cards.MAX_TURN_ITEMS])
+    assert unsign_shown_ids(value) == (items[0].confirmation_id, listed_pending)  # not the 25 it does not list
