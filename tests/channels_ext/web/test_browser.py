@@ -59,12 +59,14 @@ def test_an_approver_rejects_with_a_reason_and_the_waiting_agent_receives_it(age
     assert body["reason"] == "rejected by web:bob: over the quarterly budget"
 
 
-def test_someone_who_is_not_an_approver_sees_no_working_buttons(agent, people, public_url, new_page):
+def test_staff_who_may_not_decide_see_no_working_buttons(agent, people, public_url, new_page):
+    """sam is staff without the right to decide: the page is read-only for him (and carol, who is
+    neither staff nor an approver, does not see it at all: tests/channels_ext/web/test_who_may_see.py)."""
     from playwright.sync_api import expect
 
     held = HeldCall(agent, "oa__purchase_pay", {"amount": 5}, wait_seconds=10)
     page = new_page()
-    sign_in_from_the_link(page, held.link(), "carol")
+    sign_in_from_the_link(page, held.link(), "sam")
 
     expect(page.locator("#readonly")).to_contain_text("You are not one of the approvers of this request.")
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
