@@ -77,19 +77,10 @@ _LIKE = {
 def json_type(value: Any) -> str:
     """The JSON type an edit of `value` must keep (`hooks.base.EDIT_TYPES`): a whole number is an `integer`, any
     other number a `number`; null, or a path the call does not have, takes `any` value."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "any"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "any")
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (dict, "object"), (list, "array"))
 
 
 def edit_from_text(path: str, text: str, *, expected: str) -> Any:

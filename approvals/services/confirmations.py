@@ -609,7 +609,8 @@ def _judged_again(confirmation: ConfirmationRequest, approved_args: dict[str, An
     asking again is the approval being given.
 
     Run under the request's row lock (the caller's): the verdict and the decision cannot be split
-    by another click, a cancel or the sweep, so nothing needs checking again afterwards. The price:
+    by another click, a cancel or the sweep, so nothing but the deadline (the caller's) needs
+    checking again afterwards. The price:
     a slow `command` or `webhook` hook holds that one row (never longer than its timeout), so
     other clicks on the same request wait for it; the sweep skips a locked row and waiting
     agents read without locks.
@@ -634,7 +635,8 @@ def _judged_again(confirmation: ConfirmationRequest, approved_args: dict[str, An
     data = {"judged_again": verdict.hook_decisions}
     if verdict.decision == "deny":
         why = verdict.reason.rstrip(". ") or "no reason given"
-        raise _Refused("edit_refused", f"The edited call is refused by {verdict.decided_by}: {why}. Nothing was decided.", data)
+        refused = f"The edited call is refused by {verdict.decided_by}: {why}. Nothing was decided."
+        raise _Refused("edit_refused", refused, data)
     if verdict.ask is not None and verdict.ask.gate != confirmation.hook_name:
         raise _Refused(
             "edit_refused",
@@ -644,7 +646,8 @@ def _judged_again(confirmation: ConfirmationRequest, approved_args: dict[str, An
             data,
         )
     if verdict.tool_args != approved_args:
-        rewritten = sorted(k for k in {*verdict.tool_args, *approved_args} if verdict.tool_args.get(k) != approved_args.get(k))
+        keys = {*verdict.tool_args, *approved_args}
+        rewritten = sorted(key for key in keys if verdict.tool_args.get(key) != approved_args.get(key))
         raise _Refused(
             "edit_refused",
             f"The agent's hooks would change the edited arguments ({', '.join(rewritten)}), so the agent would not "

@@ -30,7 +30,9 @@ TOOL = "oa__purchase_pay"
 SPENDING_CAP = {
     "kind": "policy",
     "name": "spending-cap",
-    "rules": [{"effect": "deny", "tools": [TOOL], "when": "args.amount > 5000", "reason": "payments over 5000 need the CFO"}],
+    "rules": [
+        {"effect": "deny", "tools": [TOOL], "when": "args.amount > 5000", "reason": "payments over 5000 need the CFO"}
+    ],
 }
 
 
@@ -133,6 +135,13 @@ def pending(agent: AgentClient, args: dict[str, Any] | None = None) -> str:
     answer = agent.pre_tool_use(TOOL, args or {"amount": 80000}, user_id="u-42").json()
     assert answer["decision"] == "pending", answer
     return answer["confirmation_id"]
+
+
+def waiting_for(driver: ChannelDriver, background: Any, agent: AgentClient, args: dict[str, Any]) -> tuple[Any, str, Any]:
+    """The agent asks (for u-42) and waits in the background: (its pending answer, the request's id, its card)."""
+    waiting = background(agent.pre_tool_use, TOOL, args, user_id="u-42", wait_seconds=60)
+    confirmation_id = str(wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first()))
+    return waiting, confirmation_id, driver.card(confirmation_id)
 
 
 class ChannelContract:
@@ -381,9 +390,7 @@ class ChannelContract:
     def test_an_edit_the_agents_policy_denies_is_refused_with_its_reason_and_one_it_allows_runs(self, driver, background):
         agent = driver.deploy(gate={"allow_edit": ["amount"]}, hooks=[SPENDING_CAP])
         approver = driver.approvers[0]
-        waiting = background(agent.pre_tool_use, TOOL, {"amount": 1000, "vendor": "ACME"}, user_id="u-42", wait_seconds=60)
-        confirmation_id = str(wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first()))
-        card = driver.card(confirmation_id)
+        waiting, confirmation_id, card = waiting_for(driver, background, agent, {"amount": 1000, "vendor": "ACME"})
         before = request_state(confirmation_id)
 
         refused = driver.edit(card, approver, {"amount": "9000"})
@@ -408,9 +415,7 @@ class ChannelContract:
     def test_an_edited_value_keeps_the_json_type_of_the_value_it_replaces(self, driver, background):
         agent = driver.deploy(gate={"allow_edit": ["amount", "memo"]})
         approver = driver.approvers[0]
-        waiting = background(agent.pre_tool_use, TOOL, {"amount": 1000, "memo": "Q3"}, user_id="u-42", wait_seconds=60)
-        confirmation_id = str(wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first()))
-        card = driver.card(confirmation_id)
+        waiting, confirmation_id, card = waiting_for(driver, background, agent, {"amount": 1000, "memo": "Q3"})
         before = request_state(confirmation_id)
 
         decimal = driver.edit(card, approver, {"amount": "12.5"})

@@ -239,7 +239,9 @@ agents:
     policy_service.answer({"decision": "allow"})
     asked = agent.pre_tool_use("pay", {"amount": 10}).json()
 
-    edited = Callback(confirmation_id=asked["confirmation_id"], decision="approve", actor="alice", typed_edits={"amount": "20"})
+    edited = Callback(
+        confirmation_id=asked["confirmation_id"], decision="approve", actor="alice", typed_edits={"amount": "20"}
+    )
     assert services.confirmation_respond(channel_name="web", callback=edited).code == "decided"
 
     first, again = (Webhook(SECRET).verify(sent["body"], sent["headers"]) for sent in policy_service.requests)

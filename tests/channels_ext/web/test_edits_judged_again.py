@@ -16,13 +16,13 @@ from django.core.management import call_command
 
 from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest
 from hooks.models import HookState
+from tests.channels_ext.contract import SPENDING_CAP, TOOL
 from tests.channels_ext.web.conftest import PASSWORD, HeldCall
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.support import SignedIn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TOOL = "oa__purchase_pay"
 GATE = {
     "kind": "approval_gate",
     "name": "finance-gate",
@@ -31,11 +31,6 @@ GATE = {
     "approvers": ["alice", "bob"],
     "timeout_seconds": 1800,
     "allow_edit": ["amount"],
-}
-SPENDING_CAP = {
-    "kind": "policy",
-    "name": "spending-cap",
-    "rules": [{"effect": "deny", "tools": [TOOL], "when": "args.amount > 5000", "reason": "payments over 5000 need the CFO"}],
 }
 
 
@@ -175,7 +170,8 @@ def test_hooks_that_would_rewrite_the_edit_refuse_it(deploy, alice):
         "import json,sys; e=json.load(sys.stdin); a=e['tool_input']; "
         "a['amount']=min(a['amount'],100); print(json.dumps({'tool_args': a}))"
     )
-    agent = deploy({"kind": "command", "name": "cap-at-100", "event": "pre_tool_use", "command": [sys.executable, "-c", cap]})
+    capping = [sys.executable, "-c", cap]
+    agent = deploy({"kind": "command", "name": "cap-at-100", "event": "pre_tool_use", "command": capping})
     confirmation_id = ask(agent, {"amount": 50})
 
     refused = edit(alice, confirmation_id, amount="500")
@@ -193,10 +189,10 @@ def test_hooks_that_would_rewrite_the_edit_refuse_it(deploy, alice):
 
 def test_command_hooks_are_told_it_is_a_check_and_see_masked_values_as_their_mask(deploy, alice, tmp_path):
     log = tmp_path / "events.jsonl"
-    record = "import sys; open(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')"
+    record = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(sys.stdin.read() + '\\n')", str(log)]
     agent = deploy(
         {"kind": "redact", "name": "no-cards", "keys": ["card"]},
-        {"kind": "command", "name": "audit-log", "event": "pre_tool_use", "command": [sys.executable, "-c", record, str(log)]},
+        {"kind": "command", "name": "audit-log", "event": "pre_tool_use", "command": record},
     )
     held = HeldCall(agent, TOOL, {"amount": 1000, "card": "4111111111111111"}, wait_seconds=60)
 
