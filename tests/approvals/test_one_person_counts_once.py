@@ -171,10 +171,8 @@ def test_every_identity_other_than_a_django_users_is_a_person_of_its_own(people)
     assert selectors.person_of("feishu:ou_carol") == "feishu:ou_carol"
 
 
-migration = importlib.import_module("approvals.migrations.0008_one_person_and_judged_edits")
-
-
 def test_the_migration_gives_each_response_its_person_and_keeps_an_earlier_double_count_apart(people):
+    migration = importlib.import_module("approvals.migrations.0008_one_person_and_judged_edits")
     bot = Agent.objects.create(name="bot")
     web = Channel.objects.create(name="web", kind="web")
     request = ConfirmationRequest.objects.create(agent=bot, channel=web, tool_name="pay", approvals_required=3)
