@@ -62,6 +62,88 @@ def with_edits(args: dict[str, Any], edits: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+# How each JSON type an edited value can have (`hooks.base.EDIT_TYPES`) is asked for.
+_LIKE = {
+    "string": "text",
+    "integer": "a whole number, like 1200",
+    "number": "a number, like 12.5",
+    "boolean": "true or false",
+    "object": 'a JSON object, like {"key": "value"}',
+    "array": "a JSON list, like [1, 2]",
+    "any": 'JSON (text needs quotes: "like this")',
+}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type an edit of `value` must keep (`hooks.base.EDIT_TYPES`): a whole number is an `integer`, any
+    other number a `number`; null, or a path the call does not have, takes `any` value."""
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "any")
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (dict, "object"), (list, "array"))
+
+
+def edit_from_text(path: str, text: str, *, expected: str) -> Any:
+    """The value an approver's typed `text` stands for, as JSON type `expected`; ValueError with a
+    sentence for the approver if it cannot be one (docs/approving.md, "Types").
+
+    Text for a `string` is the text itself — quotes are optional, and digits stay text; a JSON string
+    (`"ACME"`, as the forms show the value) is its content. Anything else is read as JSON: `1200`
+    for an `integer`, never `12.5` or `"1200"`; `true`/`false` (any case) for a `boolean`.
+    """
+    if expected == "string":
+        try:
+            parsed = _strict_json(text)
+        except ValueError:
+            return text
+        return parsed if isinstance(parsed, str) else text
+    candidate = text.strip()
+    if expected == "boolean":
+        candidate = candidate.lower()
+    try:
+        value = _strict_json(candidate)
+    except ValueError:
+        value = _UNREADABLE
+    return checked_edit_value(path, value, expected=expected, shown=text)
+
+
+def checked_edit_value(path: str, value: Any, *, expected: str, shown: str | None = None) -> Any:
+    """`value` if it is of JSON type `expected`, else ValueError with a sentence for the approver."""
+    if value is not _UNREADABLE and _is_json_type(value, expected):
+        return value
+    if shown is None:
+        shown = json.dumps(value, ensure_ascii=False, default=str)
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    raise ValueError(f"The value for {path} must be {_LIKE[expected]}; {shown} is not.")
+
+
+_UNREADABLE = object()
+
+
+def _is_json_type(value: Any, expected: str) -> bool:
+    if expected == "any":
+        return True
+    if expected == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return json_type(value) == expected
+
+
+def _not_finite(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large")
+    return value
+
+
+def _strict_json(text: str) -> Any:
+    """JSON as the API takes it: no NaN or Infinity, no number too large for a double."""
+    return json.loads(text, parse_constant=_not_finite, parse_float=_finite_float)
+
+
 def masked_paths(real: Any, stored: Any, prefix: str = "") -> set[str]:
     """The paths whose stored value differs from the real one: what a mask (redact) replaced."""
     if isinstance(real, dict) and isinstance(stored, dict) and set(real) == set(stored):

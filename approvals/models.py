@@ -155,6 +155,9 @@ class ConfirmationRequest(models.Model):
     # Edit, then approve (docs/approving.md): the argument paths an approver may change (fixed
     # when the request is made: the gate's `allow_edit`, minus masked values), and what they set.
     editable_paths = models.JSONField(default=list, blank=True)
+    # {path: JSON type} the gate declares for an edited value (`edit_types`); any other editable
+    # path keeps the JSON type of the value it replaces (`approvals.arguments.edit_value`).
+    edit_types = models.JSONField(default=dict, blank=True)
     arg_edits = models.JSONField(
         default=dict, blank=True, help_text="{path: new value}: applied over the agent's own arguments."
     )
@@ -215,10 +218,13 @@ class ConfirmationRequest(models.Model):
 
 
 class ApproverResponse(models.Model):
-    """One approver's answer. Unique per approver: a second click changes nothing."""
+    """One person's answer. Unique per person (`selectors.person_of`): a second click changes nothing,
+    from the same identity or from another identity of the same person (`web:carol`, `admin:carol`)."""
 
     confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="responses")
     approver = models.CharField(max_length=200)  # channel-qualified, like `decided_by`
+    # The person behind `approver`: what a quorum counts once (`user:<id>` for a Django user, else the id).
+    person = models.CharField(max_length=200)
     approver_name = models.CharField(max_length=200, blank=True)
     decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
     reason = models.TextField(blank=True)
@@ -228,7 +234,7 @@ class ApproverResponse(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["confirmation", "approver"], name="uniq_response_per_approver")
+            models.UniqueConstraint(fields=["confirmation", "person"], name="uniq_response_per_person")
         ]
 
 

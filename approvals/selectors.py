@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.urls import reverse
 
@@ -199,21 +200,52 @@ def approvers_for_channel(confirmation: ConfirmationRequest, *, channel_name: st
     return None
 
 
-def approver_refusal(confirmation: ConfirmationRequest, *, channel_name: str, actor: str) -> tuple[str, str] | None:
-    """(code, sentence) if `actor` may not decide this request from `channel_name`; None if they may."""
+def approver_refusal(
+    confirmation: ConfirmationRequest, *, channel_name: str, actor: str, identity: str = ""
+) -> tuple[str, str] | None:
+    """(code, sentence) if `actor` (channel-native; `identity`: channel-qualified) may not decide this
+    request from `channel_name`; None if they may."""
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
         return "not_approver", "This request cannot be decided from this channel."
     if allowed and actor not in allowed:
         return "not_approver", "You are not one of the approvers of this request."
-    return self_approval_refusal(confirmation, actor=actor)
+    return self_approval_refusal(confirmation, actor=actor, identity=identity)
 
 
-def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str) -> tuple[str, str] | None:
-    """Refuses the person the call was made for, unless the gate allows self-approval."""
-    if not confirmation.allow_self_approval and confirmation.user_id and actor == confirmation.user_id:
-        return "self_approval", "You cannot approve a call made on your own behalf."
-    return None
+def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, identity: str = "") -> tuple[str, str] | None:
+    """Refuses the person the call was made for, unless the gate allows self-approval.
+
+    The call's `user_id` is compared with the clicker's channel-native id (`carol`, `U0CAROL`), with
+    their channel-qualified `identity` (`web:carol`), and — for a `user_id` that is itself an
+    identity — by person (`person_of`): a call made for `admin:carol` is carol's on the web page too.
+    """
+    user_id = confirmation.user_id
+    if confirmation.allow_self_approval or not user_id:
+        return None
+    own = user_id in (actor, identity) or (bool(identity) and ":" in user_id and person_of(user_id) == person_of(identity))
+    return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
+
+
+# The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
+DJANGO_USER_KINDS = ("web", "admin")
+
+
+def person_of(identity: str) -> str:
+    """The person behind a channel-qualified identity: the key a quorum counts once, and what
+    self-approval compares (docs/approving.md, "One person counts once").
+
+    `web:<username>` and `admin:<username>` are the Django user, `user:<id>` (by id, so a renamed
+    user stays one person); every other identity (`slack:U…`, `feishu:ou_…`) is a person of its own.
+    This is the one place that says who is the same person: linking identities to people (a people
+    directory) extends it, and every quorum and self-approval check follows.
+    """
+    kind, _, native = identity.partition(":")
+    if kind in DJANGO_USER_KINDS and native:
+        pk = get_user_model().objects.filter(username=native).values_list("pk", flat=True).first()
+        if pk is not None:
+            return f"user:{pk}"
+    return identity
 
 
 def approvals_so_far(confirmation: ConfirmationRequest) -> list[str]:

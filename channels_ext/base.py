@@ -223,6 +223,10 @@ class Callback:
     dedupe_key: str = ""  # vendor event id, when the vendor redelivers
     dry_run: bool = False  # only say what deciding would do (e.g. before opening a reject modal)
     edits: dict[str, Any] | None = None  # approve with these arguments changed: {path: new value}
+    # Approve with arguments changed as the approver typed them in a form: {path: text}. The gateway
+    # reads each text as the JSON type of the value it replaces, or the type the gate declares
+    # (a number stays a number, text stays text); an empty text leaves the value unchanged.
+    typed_edits: dict[str, str] | None = None
     grant: int | None = None  # approve for the scope at this index of the request's grant options
     whole_turn: bool = False  # decide the pending calls shown on this request's turn card
     # With `whole_turn`: the confirmation ids the clicked card showed (`CardView.shown_ids`), carried
@@ -237,7 +241,8 @@ class DecisionOutcome:
 
     applied: bool  # True if this click was recorded (or, for a dry run, would be)
     # decided | recorded | would_apply | not_approver | self_approval | already_decided | not_found | duplicate
-    # | edit_refused | grant_refused | stale_card (a whole-turn click that names no calls: the card is redrawn)
+    # | edit_refused (an edit not allowed, not of the value's type, or refused by the agent's hooks) | grant_refused
+    # | stale_card (a whole-turn click that names no calls: the card is redrawn)
     # | not_on_card (a whole-turn click naming calls its turn's card does not show)
     code: str
     message: str  # one sentence for the clicker

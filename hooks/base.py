@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import fnmatch
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel
 
@@ -67,6 +67,10 @@ class HookContext:
     attempt: int = 1
     elapsed_seconds: float = 0.0
     now: dt.datetime | None = None  # injectable clock; None = timezone.now()
+    # The call is judged, not made: an approver's edit judged again before the approval takes
+    # (docs/policies.md, "Check only"). A kind with side effects only looks: a rate limit checks its
+    # window without counting; `command` and `webhook` hooks are told (`check_only: true`).
+    check_only: bool = False
     # values an outer level set (session → turn → tool call)
     session: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -82,6 +86,22 @@ class HookContext:
         }
 
 
+def pre_tool_use_context(
+    *, agent: str, tool_args: dict[str, Any], session: dict[str, Any], check_only: bool = False, **call: Any
+) -> HookContext:
+    """The context a tool call's pre-tool-use chain sees — when it is asked (`tool_call_pre`) and when
+    an approver's edit of it is judged again (`check_only`). `session`: what outer levels said about
+    the session (`hooks.state.session_values`); `call`: the other `HookContext` fields of the call."""
+    return HookContext(
+        event="pre_tool_use",
+        agent=agent,
+        tool_args=dict(tool_args),
+        session={"user_id": "", "metadata": {}, "turn_id": "", **session},
+        check_only=check_only,
+        **call,
+    )
+
+
 def grant_label(option: dict[str, Any]) -> str:
     """How a grant's scope reads on a button and in the audit: "for this session (same arguments)".
 
@@ -90,6 +110,12 @@ def grant_label(option: dict[str, Any]) -> str:
     span = "for this session" if option.get("scope") == "session" else f"for {option.get('minutes')} min"
     args = "any arguments" if option.get("args") == "any" else "same arguments"
     return f"{span} ({args})"
+
+
+# The JSON types (JSON Schema's names) an edited argument can be declared to take (the gate's
+# `edit_types`); without a declaration an edit keeps the type of the value it replaces. `any`: any JSON.
+EditType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
+EDIT_TYPES: tuple[str, ...] = get_args(EditType)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +136,8 @@ class AskSpec:
     reason: str = ""
     # Edit, then approve: True (any top-level argument), or the editable argument paths.
     allow_edit: bool | tuple[str, ...] = False
+    # {path: EditType} for editable paths whose new value may take another type than the proposed one.
+    edit_types: dict[str, str] = dataclasses.field(default_factory=dict)
     # Approve for a scope: the offers, as `grant_label` reads them.
     grants: tuple[dict[str, Any], ...] = ()
     warn_before_seconds: int | None = None

@@ -6,7 +6,8 @@ several server processes and workers share counters and markers safely.
 
 - values: `get` / `put` / `swap` (with an optional expiry, e.g. a cache TTL);
 - markers: `claim` / `release` (the one caller that inserted it wins);
-- counters: `count` (under a limit, once per turn) and `take_in_window` (a fixed window);
+- counters: `count` (under a limit, once per turn) and `take_in_window` (a fixed window; `window_full`
+  looks without counting);
 - the session context: what outer levels (session start, the current turn)
   said about a session, which every inner level's hooks see (`session_values`);
 - `purge_expired`: beat drops state whose expiry passed long ago.
@@ -164,6 +165,18 @@ def take_in_window(
         return None
     ends = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("expires_at", flat=True).first()
     return ends or window_end
+
+
+def window_full(*, agent: str, scope: str, key: str, limit: int, now: dt.datetime) -> dt.datetime | None:
+    """Whether a call would be refused by `take_in_window` now, without counting one: when the full
+    window ends, or None if it has room (or has ended). One read."""
+    row = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("counter", "expires_at").first()
+    if row is None:
+        return None
+    counter, ends = row
+    if ends is None or ends <= now or counter < limit:
+        return None
+    return ends
 
 
 # --------------------------------------------------------------------------- the session context

@@ -5,7 +5,9 @@ requests it served and what it answered)."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
+import re
 import socket
 import threading
 import time
@@ -216,3 +218,45 @@ class DeadPort:
         self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+# --------------------------------------------------------------------------- a person on the gateway's pages
+
+
+class SignedIn:
+    """Someone signed in to the gateway's own pages (the approval page, the inbox, the admin) over real
+    HTTP, as a browser without JavaScript: the session cookie kept, each form posted with its CSRF token.
+
+    `messages(response)` are the sentences the page shows after a form: the page's flash messages,
+    the admin's, and the form's own errors.
+    """
+
+    _FLASH = re.compile(r'<li class="[^"]*" role="status">(.*?)</li>', re.S)  # the approval page, the inbox
+    _ADMIN = re.compile(r'<ul class="messagelist">(.*?)</ul>', re.S)
+    _FORM_ERRORS = re.compile(r'<ul class="errorlist nonfield">(.*?)</ul>', re.S)  # a form sent back with why
+    _ITEM = re.compile(r"<li[^>]*>(.*?)</li>", re.S)
+
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        import httpx
+
+        self.username = username
+        self.http = httpx.Client(base_url=base_url, follow_redirects=True, timeout=30)
+        self.http.get("/login/")  # sets the CSRF cookie
+        signed_in = self.post("/login/", {"username": username, "password": password})
+        assert "sessionid" in self.http.cookies, f"{username} could not sign in: {signed_in.status_code}"
+
+    def post(self, path: str, data: dict[str, Any]) -> Any:
+        return self.http.post(path, data={**data, "csrfmiddlewaretoken": self.http.cookies["csrftoken"]})
+
+    def get(self, path: str) -> Any:
+        return self.http.get(path)
+
+    @classmethod
+    def messages(cls, response: Any) -> list[str]:
+        said = cls._FLASH.findall(response.text)
+        for listed in cls._ADMIN.findall(response.text) + cls._FORM_ERRORS.findall(response.text):
+            said += cls._ITEM.findall(listed)
+        return [html.unescape(text).strip() for text in said]
+
+    def close(self) -> None:
+        self.http.close()

@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.arguments import get_path, with_edits
+from approvals.arguments import checked_edit_value, edit_from_text, get_path, json_type, with_edits
 from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
     Agent,
@@ -55,8 +55,8 @@ from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
 from hooks import state as hook_state
-from hooks.base import AskSpec, grant_label
-from hooks.chain import mask_args
+from hooks.base import AskSpec, grant_label, pre_tool_use_context
+from hooks.chain import mask_args, run_chain
 
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
@@ -88,6 +88,7 @@ def confirmation_create(
     now: dt.datetime | None,
     turn_id: str = "",
     editable_paths: list[str] | None = None,
+    edit_types: dict[str, str] | None = None,
     args_fingerprint: str = "",
 ) -> ConfirmationRequest:
     """Insert the request, its `created` event and its card outbox row (the caller holds the transaction).
@@ -139,6 +140,7 @@ def confirmation_create(
         turn_id=turn_id,
         batch_lead_id=lead_id,
         editable_paths=editable_paths or [],
+        edit_types=edit_types or {},
         grant_options=list(spec.grants),
         args_fingerprint=args_fingerprint,
         on_timeout=spec.on_timeout,
@@ -357,7 +359,7 @@ def _respond_whole_turn(
     pending = [c.pk for c in members if c.status == Status.PENDING and str(c.pk) in shown]
     unseen = sum(1 for c in members if c.status == Status.PENDING and str(c.pk) not in shown)
     # All of a turn is approved as proposed: an edit or a scope belongs to one call.
-    callback = dataclasses.replace(callback, edits=None, grant=None)
+    callback = dataclasses.replace(callback, edits=None, typed_edits=None, grant=None)
     results = confirmations_respond(
         channel_name=channel_name, callback=callback, confirmation_ids=pending, as_admin=as_admin, actor_kind=actor_kind
     )
@@ -429,9 +431,10 @@ class _Duplicate(Exception):
 
 
 class _Refused(Exception):
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, data: dict[str, Any] | None = None):
         self.code = code
         self.message = message
+        self.data = data or {}  # more for the `refused_click` event
 
 
 def _respond(
@@ -473,46 +476,60 @@ def _respond(
         )
         return outcome(False, "already_decided", message)
 
-    if confirmation.expires_at is not None and confirmation.expires_at <= timezone.now():
+    def past_deadline() -> DecisionOutcome | None:
+        if confirmation.expires_at is None or confirmation.expires_at > timezone.now():
+            return None
         # Past its deadline but not yet swept: expire it now rather than accept a late decision.
         if not callback.dry_run:
             confirmation_expire(confirmation_id=confirmation.pk)
             event_record(confirmation, EventKind.LATE_CLICK, actor=actor, channel=channel_name, data=who)
         return outcome(False, "already_decided", "This request expired before you answered.")
 
+    if (late := past_deadline()) is not None:
+        return late
+
     # Staff skip the approver list, never the self-approval rule.
     if as_admin:
-        refusal = selectors.self_approval_refusal(confirmation, actor=callback.actor)
+        refusal = selectors.self_approval_refusal(confirmation, actor=callback.actor, identity=actor)
     else:
-        refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=callback.actor)
+        refusal = selectors.approver_refusal(
+            confirmation, channel_name=channel_name, actor=callback.actor, identity=actor
+        )
+    refused_data: dict[str, Any] = {}
+    edits, approved_args, option, judged = {}, None, None, None
     if refusal is None and callback.decision == "approve":
         try:
             edits, approved_args = _checked_edits(confirmation, callback)
             option = _checked_grant(confirmation, callback, edited=bool(edits))
+            if edits:
+                judged = _judged_again(confirmation, approved_args)
         except _Refused as refused:
-            refusal = (refused.code, refused.message)
-    else:
-        edits, approved_args, option = {}, None, None
+            refusal, refused_data = (refused.code, refused.message), refused.data
     if refusal is not None:
         code, message = refusal
         event_record(
-            confirmation, EventKind.REFUSED_CLICK, actor=actor, channel=channel_name, message=message, data=who
-        )
+            confirmation, EventKind.REFUSED_CLICK, actor=actor, channel=channel_name, message=message,
+            data={**who, **refused_data},
+        )  # fmt: skip
         return outcome(False, code, message)
+    if judged is not None and (late := past_deadline()) is not None:
+        return late  # the deadline passed while the agent's hooks judged the edit
 
     if callback.dry_run:
         return outcome(True, "would_apply", "")
 
+    person = selectors.person_of(actor)
     response = ApproverResponse(
         confirmation=confirmation,
         approver=actor,
+        person=person,
         approver_name=name,
         decision=callback.decision,
         reason=callback.reason,
         channel=channel_name,
     )
-    if not response_add(response):  # one per approver (a unique constraint): this one answered already
-        return outcome(False, "duplicate", "You have already answered this request.")
+    if not response_add(response):  # one per person (a unique constraint): this one answered already
+        return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
 
     if callback.decision == "reject":
         confirmation_transition(
@@ -534,7 +551,7 @@ def _respond(
                 f": {callback.reason}" if callback.reason else ""
             )
             data = {"edited": True, "edited_paths": sorted(edits), "proposed_args": confirmation.tool_args,
-                    "approved_args": approved_args}  # fmt: skip
+                    "approved_args": approved_args, "judged_again": judged}  # fmt: skip
         if option is not None:
             message = f"approved {grant_label(option)}" + (f": {callback.reason}" if callback.reason else "")
         won = confirmation_transition(
@@ -576,18 +593,45 @@ def _respond(
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
 
 
+def _already_answered(confirmation: ConfirmationRequest, *, person: str, actor: str) -> str:
+    """What a person who answered already is told, naming the identity they answered under if it
+    was another (`web:carol` on the page, then `admin:carol` in the admin)."""
+    earlier = confirmation.responses.filter(person=person).values_list("approver", flat=True).first()
+    if earlier and earlier != actor:
+        return f"You have already answered this request, as {earlier}; one person counts once."
+    return "You have already answered this request."
+
+
+def _edited_values(confirmation: ConfirmationRequest, callback: Callback) -> dict[str, Any]:
+    """The click's edits as JSON values: typed texts read, values checked, each as the JSON type of
+    the value it replaces or the type the gate declares (`edit_types`); refuses one that is not."""
+    declared = confirmation.edit_types or {}
+    values: dict[str, Any] = {}
+    try:
+        for path, text in (callback.typed_edits or {}).items():
+            if text.strip():  # left empty: unchanged
+                expected = declared.get(path) or json_type(get_path(confirmation.tool_args, path))
+                values[path] = edit_from_text(path, text, expected=expected)
+        for path, value in (callback.edits or {}).items():
+            expected = declared.get(path) or json_type(get_path(confirmation.tool_args, path))
+            values[path] = checked_edit_value(path, value, expected=expected)
+    except ValueError as exc:
+        raise _Refused("edit_refused", str(exc)) from None
+    return values
+
+
 def _checked_edits(confirmation: ConfirmationRequest, callback: Callback) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The edits that change something, and the approved arguments as stored; refuses what the gate does not allow.
 
     Only the paths fixed when the request was made (`editable_paths`: the gate's `allow_edit`
-    minus masked values) may change. A new value that the agent's masks (redact) would hide is
-    refused too: the gateway never stores secrets, and an edit is stored to be shown and audited.
+    minus masked values) may change, each keeping its JSON type (`_edited_values`). A new value
+    that the agent's masks (redact) would hide is refused too: the gateway never stores secrets,
+    and an edit is stored to be shown and audited.
     """
-    if not callback.edits:
+    proposed = _edited_values(confirmation, callback)
+    if not proposed:
         return {}, None
-    changed = {
-        path: value for path, value in callback.edits.items() if get_path(confirmation.tool_args, path) != value
-    }
+    changed = {path: value for path, value in proposed.items() if get_path(confirmation.tool_args, path) != value}
     if not changed:
         return {}, None  # nothing differs: a plain approval
     allowed = list(confirmation.editable_paths or [])
@@ -610,6 +654,67 @@ def _checked_edits(confirmation: ConfirmationRequest, callback: Callback) -> tup
             "(the gateway never stores one).",
         )
     return changed, approved
+
+
+def _judged_again(confirmation: ConfirmationRequest, approved_args: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run the agent's current pre-tool-use chain on the edited call, as the call itself was judged
+    (same agent, session, user, metadata, turn; the session's context as it is now); every hook's
+    answer, or `_Refused` with why the approval cannot take (docs/approving.md, "Judged again").
+
+    Check only (`HookContext.check_only`): a rate limit looks without counting, `command` and
+    `webhook` hooks are told. The hooks see the arguments as stored — a masked value as its mask.
+    Refused: a deny from any hook; an `ask` routed to another gate than this request's (its
+    approvers, not these, must approve such a call); hooks that would rewrite the edited
+    arguments (the agent would not run what the approver approved). This request's own gate
+    asking again is the approval being given.
+
+    Run under the request's row lock (the caller's): the verdict and the decision cannot be split
+    by another click, a cancel or the sweep, so nothing but the deadline (the caller's) needs
+    checking again afterwards. The price:
+    a slow `command` or `webhook` hook holds that one row (never longer than its timeout), so
+    other clicks on the same request wait for it; the sweep skips a locked row and waiting
+    agents read without locks.
+    """
+    agent = confirmation.agent
+    version, hooks = selectors.agent_hooks(agent=agent)
+    ctx = pre_tool_use_context(
+        agent=agent.name,
+        session_id=confirmation.session_id,
+        user_id=confirmation.user_id,
+        metadata=confirmation.metadata,
+        tool_name=confirmation.tool_name,
+        tool_args=approved_args,
+        tool_call_id=confirmation.tool_call_id,
+        turn_id=confirmation.turn_id,
+        agent_read_only=agent.read_only,  # as of the row lock's read: a switch flipped since the ask counts
+        config_version=version,
+        session=hook_state.session_values(agent=agent.name, session_id=confirmation.session_id),
+        check_only=True,
+    )
+    verdict = run_chain(hooks, ctx)
+    data = {"judged_again": verdict.hook_decisions}
+    if verdict.decision == "deny":
+        why = verdict.reason.rstrip(". ") or "no reason given"
+        refused = f"The edited call is refused by {verdict.decided_by}: {why}. Nothing was decided."
+        raise _Refused("edit_refused", refused, data)
+    if verdict.ask is not None and verdict.ask.gate != confirmation.hook_name:
+        raise _Refused(
+            "edit_refused",
+            f"The edited call needs approval through {verdict.ask.gate} ({verdict.reason.rstrip('. ')}), "
+            f"not this request's {confirmation.hook_name}. Nothing was decided: approve it as proposed, "
+            "or reject it so the agent can ask again.",
+            data,
+        )
+    if verdict.tool_args != approved_args:
+        keys = {*verdict.tool_args, *approved_args}
+        rewritten = sorted(key for key in keys if verdict.tool_args.get(key) != approved_args.get(key))
+        raise _Refused(
+            "edit_refused",
+            f"The agent's hooks would change the edited arguments ({', '.join(rewritten)}), so the agent would not "
+            "run what you approve. Nothing was decided: edit them to values the hooks leave as they are.",
+            data,
+        )
+    return verdict.hook_decisions
 
 
 def _checked_grant(confirmation: ConfirmationRequest, callback: Callback, *, edited: bool) -> dict[str, Any] | None:

@@ -205,9 +205,9 @@ def row_insert(
 
 
 def response_add(response: ApproverResponse) -> bool:
-    """Insert an approver's response unless that approver answered the request already (one
-    statement, no savepoint); False if there was one."""
-    return row_insert(response, unless_conflict="confirmation_id, approver")
+    """Insert an approver's response unless that person (`response.person`, under any of their
+    identities) answered the request already (one statement, no savepoint); False if there was one."""
+    return row_insert(response, unless_conflict="confirmation_id, person")
 
 
 def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:

@@ -38,7 +38,7 @@ from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
 from approvals.types import PreToolUseAnswer
 from hooks import state as hook_state
-from hooks.base import AskSpec, HookContext
+from hooks.base import AskSpec, pre_tool_use_context
 from hooks.chain import run_chain
 
 
@@ -91,20 +91,19 @@ def tool_call_pre(
     metadata = {**session.get("metadata", {}), **metadata}
     turn_id = turn_id or session.get("turn_id", "")
     version, hooks = selectors.agent_hooks(agent=agent)
-    ctx = HookContext(
-        event="pre_tool_use",
+    ctx = pre_tool_use_context(
         agent=agent.name,
         session_id=session_id,
         user_id=user_id,
         metadata=metadata,
         tool_name=tool_name,
-        tool_args=dict(tool_args),
+        tool_args=tool_args,
         tool_call_id=tool_call_id,
         turn_id=turn_id,
         agent_read_only=agent.read_only,
         config_version=version,
         now=now,
-        session={"user_id": "", "metadata": {}, "turn_id": "", **session},
+        session=session,
     )
     outcome = run_chain(hooks, ctx)
     stored_args = outcome.stored_args if outcome.stored_args is not None else outcome.tool_args
@@ -241,6 +240,7 @@ def _ask_or_grant(
             {"hook": spec.gate, "kind": "grant", "decision": "allow", "reason": answer.reason},
         ]
         return grant, None
+    editable = editable_paths(spec.allow_edit, stored_args=stored_args, masked=masked_paths(tool_args, stored_args))
     confirmation = confirmation_create(
         agent=agent,
         spec=spec,
@@ -248,9 +248,8 @@ def _ask_or_grant(
         tool_name=tool_name,
         stored_args=stored_args,
         turn_id=turn_id,
-        editable_paths=editable_paths(
-            spec.allow_edit, stored_args=stored_args, masked=masked_paths(tool_args, stored_args)
-        ),
+        editable_paths=editable,
+        edit_types={path: declared for path, declared in spec.edit_types.items() if path in editable},
         args_fingerprint=fingerprint,
         **create,
     )

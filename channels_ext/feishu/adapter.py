@@ -339,11 +339,7 @@ class FeishuAdapter(ChannelAdapter):
         the transport's own delivery id, used when the payload has no event_id.
         Raises CallbackError(400) for a click that is not on one of our buttons.
         """
-        try:
-            callback = parse_card_action(_with_decoded_values(payload))
-        except UnreadableEdit as exc:
-            # The approver mistyped a value: tell them on a toast; nothing is decided, the card stays.
-            return {"toast": {"type": "warning", "content": exc.message}}
+        callback = parse_card_action(_with_decoded_values(payload))
         if not callback.dedupe_key and dedupe_key:
             callback = dataclasses.replace(callback, dedupe_key=dedupe_key)
         return click_answer(decide(callback))
@@ -415,7 +411,7 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
         reason=reason,
         dedupe_key=str(header.get("event_id") or ""),
         grant=grant if decision == "approve" else None,
-        edits=_edits(value.get("edit"), form_value) if decision == "approve" else None,
+        typed_edits=_typed_edits(value.get("edit"), form_value) if decision == "approve" else None,
         whole_turn=whole_turn,
         shown_ids=shown_ids,
     )
@@ -435,32 +431,23 @@ def _shown_ids(shown: Any, confirmation_id: str) -> tuple[str, ...] | None:
     return shown_ids
 
 
-class UnreadableEdit(CallbackError):
-    """A value typed in the edit form is not JSON (the approver is told; nothing is decided)."""
-
-    def __init__(self, message: str):
-        super().__init__(400, message)
-
-
-def _edits(paths: Any, form_value: dict[str, Any]) -> dict[str, Any] | None:
-    """The edited arguments of an "Approve with these values" click: input `arg_<n>` holds the JSON of
-    `paths[n]`. A value that is not JSON is refused (400 → the clicker is told), nothing decided."""
+def _typed_edits(paths: Any, form_value: dict[str, Any]) -> dict[str, str] | None:
+    """The edited arguments of an "Approve with these values" click, as typed: input `arg_<n>` holds
+    the text for `paths[n]` (read by the gateway as the type of the value it replaces; a text it
+    cannot read is refused with a toast, nothing decided)."""
     if paths is None:
         return None
     if not isinstance(paths, list) or len(paths) > MAX_EDIT_FIELDS or not all(isinstance(p, str) for p in paths):
         raise CallbackError(400, "the edit button's value does not list the argument paths")
-    edits: dict[str, Any] = {}
+    typed_edits: dict[str, str] = {}
     for number, path in enumerate(paths):
         typed = form_value.get(f"{EDIT_INPUT_PREFIX}{number}")
         if typed is None or typed == "":
             continue  # left empty: unchanged
         if not isinstance(typed, str):
             raise CallbackError(400, f"the value typed for {path} is not text")
-        try:
-            edits[path] = json.loads(typed)
-        except ValueError:
-            raise UnreadableEdit(f"The value for {path} is not JSON; text needs quotes: \"like this\".") from None
-    return edits
+        typed_edits[path] = typed
+    return typed_edits
 
 
 def click_answer(outcome: DecisionOutcome) -> dict[str, Any]:

@@ -448,28 +448,22 @@ class SlackAdapter(ChannelAdapter):
             raise CallbackError(400, "the edit form's private_metadata is not JSON") from None
         metadata: _EditMetadata = _parse(_EditMetadata, metadata_json, "edit form metadata")
         confirmation_id = unsign_confirmation_id(metadata.confirmation)
-        edits: dict[str, Any] = {}
-        errors: dict[str, str] = {}
+        typed_edits: dict[str, str] = {}
         for number, path in enumerate(metadata.paths):
             block_id = f"{cards.EDIT_BLOCK_PREFIX}{number}"
             typed = payload.view.state.values.get(block_id, {}).get(cards.EDIT_ACTION_ID, {}).get("value")
             if typed is None:
-                continue  # left empty by the approver: unchanged (an input cannot submit an empty JSON value)
+                continue  # left empty by the approver: unchanged
             if not isinstance(typed, str):
                 raise CallbackError(400, f"the edit form's {block_id} is not text")
-            try:
-                edits[path] = json.loads(typed)
-            except ValueError as exc:
-                errors[block_id] = f"Not valid JSON ({exc.msg}); text needs quotes: \"like this\"."
-        if errors:
-            return {"response_action": "errors", "errors": errors}
+            typed_edits[path] = typed  # read by the gateway as the type of the value it replaces
         outcome = decide(
             Callback(
                 confirmation_id=confirmation_id,
                 decision="approve",
                 actor=payload.user.id,
                 actor_name=payload.user.display_name,
-                edits=edits,
+                typed_edits=typed_edits,
                 dedupe_key=dedupe_key,
             )
         )

@@ -353,12 +353,15 @@ def actions_block(card: CardView) -> dict[str, Any]:
 
 
 def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
-    """The modal where an approver changes the editable arguments (JSON each) and approves
-    (submitted as `view_submission`; blocks `edit_<n>` follow `card.editable_paths`)."""
+    """The modal where an approver changes the editable arguments (each shown as JSON; a new value
+    keeps the type of the one it replaces) and approves (submitted as `view_submission`; blocks
+    `edit_<n>` follow `card.editable_paths`)."""
     subject = f"*{escape(cut(card.agent, SHORT_LIMIT))}* wants to run `{escape(cut(card.tool_name, SHORT_LIMIT))}`."
-    blocks: list[dict[str, Any]] = [
-        _mrkdwn_section(subject + "\nEach value is JSON (text needs quotes). Approve runs the call with these values."),
-    ]
+    hint = (
+        "Each value keeps its type: a number stays a number, text stays text (quotes optional). "
+        "Approve runs the call with these values if the agent's policies allow them."
+    )
+    blocks: list[dict[str, Any]] = [_mrkdwn_section(f"{subject}\n{hint}")]
     for number, path in enumerate(card.editable_paths[:MAX_EDIT_FIELDS]):
         current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
         element: dict[str, Any] = {

@@ -100,12 +100,16 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
         f"This request is decided in the {confirmation.channel.name} channel, not on this page.",
     )
     for channel_name in channel_names:
-        refusal = selectors.approver_refusal(confirmation, channel_name=channel_name, actor=user.get_username())
+        refusal = selectors.approver_refusal(
+            confirmation, channel_name=channel_name, actor=user.get_username(), identity=f"web:{user.get_username()}"
+        )
         if refusal is None:
             return Viewer(can_decide=True, as_admin=False, channel_name=channel_name)
     channel_name = channel_names[0] if channel_names else WEB_PAGE_CHANNEL
     # Staff may step in for the approvers, but never on a call made on their own behalf.
-    own_call = selectors.self_approval_refusal(confirmation, actor=user.get_username())
+    own_call = selectors.self_approval_refusal(
+        confirmation, actor=user.get_username(), identity=f"web:{user.get_username()}"
+    )
     if own_call is not None:
         refusal = own_call
     elif user.has_perm("approvals.change_confirmationrequest"):

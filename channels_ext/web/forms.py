@@ -3,7 +3,6 @@ with a reason; and the inbox's batch of the same."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -11,7 +10,8 @@ from django import forms
 
 from channels_ext.base import CallbackError, unsign_shown_ids
 
-# An edited argument is posted as `edit.<path>` = its new value in JSON.
+# An edited argument is posted as `edit.<path>` = its new value as typed (read by the gateway as the
+# JSON type of the value it replaces: docs/approving.md).
 EDIT_PREFIX = "edit."
 REJECT_NEEDS_REASON = "Say why you reject this request; the agent is told your reason."
 
@@ -34,7 +34,7 @@ class DecisionForm(forms.Form):
         if data.get("decision") == "reject" and not data.get("reason"):
             # The agent (and the person behind it) is told why; an empty reason tells them nothing.
             self.add_error("reason", REJECT_NEEDS_REASON)
-        data["edits"] = self._edits() if data.get("decision") == "approve" else {}
+        data["typed_edits"] = self._typed_edits() if data.get("decision") == "approve" else {}
         data["shown_ids"] = self._shown_ids() if data.get("whole_turn") else None
         return data
 
@@ -50,22 +50,11 @@ class DecisionForm(forms.Form):
             self.add_error(None, "The list of calls to decide together was changed; reload the page and decide again.")
             return None
 
-    def _edits(self) -> dict[str, Any]:
-        """Every `edit.<path>` posted, parsed as JSON. Which paths may change (and whether a value
-        changed at all) is the service's to say, so a forged field is refused, not dropped."""
-        edits: dict[str, Any] = {}
-        bad: list[str] = []
-        for key in self.data:
-            if not key.startswith(EDIT_PREFIX):
-                continue
-            path, text = key[len(EDIT_PREFIX) :], self.data.get(key, "")
-            try:
-                edits[path] = json.loads(text)
-            except ValueError as exc:
-                bad.append(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})")
-        for problem in bad:
-            self.add_error(None, f"{problem}. Strings need quotes: \"like this\".")
-        return edits
+    def _typed_edits(self) -> dict[str, str]:
+        """Every `edit.<path>` posted, as typed. What each text means (its JSON type), which paths
+        may change and whether a value changed at all is the service's to say, so a forged field is
+        refused, not dropped."""
+        return {key[len(EDIT_PREFIX) :]: self.data.get(key, "") for key in self.data if key.startswith(EDIT_PREFIX)}
 
     def posted_text(self, path: str) -> str | None:
         """What was typed for an edited argument (to show it again beside its error)."""

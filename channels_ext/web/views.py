@@ -151,7 +151,7 @@ def _standing(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
 
 
 def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[dict[str, str]]:
-    """One field per editable argument: its path and its value as JSON (as typed, after an error)."""
+    """One field per editable argument: its path and its value as JSON (as typed, after a refusal)."""
     fields = []
     for number, path in enumerate(confirmation.editable_paths or []):
         typed = form.posted_text(path)
@@ -177,7 +177,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
                 decision=data["decision"],
                 actor=request.user.get_username(),
                 reason=data["reason"],
-                edits=data["edits"] or None,
+                typed_edits=data["typed_edits"] or None,
                 grant=data["grant"],
                 whole_turn=data["whole_turn"],
                 shown_ids=data["shown_ids"],
@@ -188,13 +188,17 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
         )
         if outcome.code == "not_found":
             raise Http404("no such approval request")
-        if outcome.applied:
+        if outcome.code == "edit_refused":
+            # Nothing was decided: the page again, what they typed kept beside why (a 400).
+            form.add_error(None, outcome.message)
+        elif outcome.applied:
             messages.success(request, outcome.message)
             return redirect("approval-page", confirmation_id=confirmation_id)
-        messages.warning(request, outcome.message)  # (the service recorded the refused click)
-        if not may_view(request.user, _get(confirmation_id)):
-            return redirect("approval-inbox")  # not back to a page they may not read
-        return redirect("approval-page", confirmation_id=confirmation_id)
+        else:
+            messages.warning(request, outcome.message)  # (the service recorded the refused click)
+            if not may_view(request.user, _get(confirmation_id)):
+                return redirect("approval-inbox")  # not back to a page they may not read
+            return redirect("approval-page", confirmation_id=confirmation_id)
     confirmation = _get(confirmation_id)
     viewer = viewer_for(request.user, confirmation)
     if not viewer.can_view:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from django.conf import settings
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from hooks.base import AskSpec, Hook, HookContext, HookResult
+from hooks.base import AskSpec, EditType, Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
 
 
@@ -67,6 +67,13 @@ class ApprovalGateConfig(HookConfigBase):
             "list of editable argument paths (`amount`, `shipping.city`). Masked (redacted) values are never editable."
         ),
     )
+    edit_types: dict[Annotated[str, Field(pattern=ARG_PATH, max_length=200, min_length=1)], EditType] = Field(
+        default={},
+        description=(
+            "The JSON type an edited value takes, per editable path: string, integer, number, boolean, object, "
+            "array or any. Without it an edit keeps the type of the value it replaces (a number stays a number)."
+        ),
+    )
     grants: list[GrantOffer] = Field(
         default=[],
         max_length=4,
@@ -120,6 +127,21 @@ class ApprovalGateConfig(HookConfigBase):
             raise ValueError("lists a path twice")
         return value
 
+    @field_validator("edit_types")
+    @classmethod
+    def _of_editable_paths(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if not value or "allow_edit" not in info.data:  # an invalid allow_edit is reported there
+            return value
+        allow_edit = info.data["allow_edit"]
+        if allow_edit is False:
+            raise ValueError("needs allow_edit (a type for an argument nobody may edit means nothing)")
+        for path in value:
+            if allow_edit is True and "." in path:
+                raise ValueError(f"{path}: allow_edit: true makes only top-level arguments editable")
+            if isinstance(allow_edit, list) and path not in allow_edit:
+                raise ValueError(f"{path} is not in allow_edit ({', '.join(allow_edit)})")
+        return value
+
     @field_validator("warn_before_seconds")
     @classmethod
     def _before_the_deadline(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -169,7 +191,10 @@ class ApprovalGate(Hook):
     - `allow_self_approval: false`: an approver whose id is the call's `user_id`
       cannot approve it.
     - `allow_edit`: an approver may change the arguments (all top-level ones, or
-      the listed paths; never a masked value) and approve; the agent runs the edit.
+      the listed paths; never a masked value) and approve; the agent runs the edit,
+      once the agent's pre-tool-use hooks have judged the edited call again. An
+      edited value keeps the JSON type of the value it replaces, unless
+      `edit_types` declares another for its path.
     - `grants`: besides Approve once, buttons that approve for the session or for
       N minutes (same arguments or any); later calls in that scope are allowed
       without asking, unless a deny rule says otherwise.
@@ -207,6 +232,7 @@ class ApprovalGate(Hook):
             escalate_approvers=tuple(escalate.approvers) if escalate else (),
             reason=reason,
             allow_edit=c.allow_edit if isinstance(c.allow_edit, bool) else tuple(c.allow_edit),
+            edit_types=dict(c.edit_types),
             grants=tuple(offer.model_dump() for offer in c.grants),
             warn_before_seconds=c.warn_before_seconds,
         )

@@ -47,6 +47,8 @@ def event_payload(ctx: HookContext, hook_name: str) -> dict[str, Any]:
         payload.update(error=ctx.error, attempt=ctx.attempt, elapsed_seconds=ctx.elapsed_seconds)
     if ctx.turn_id:
         payload["turn_id"] = ctx.turn_id
+    if ctx.check_only:  # an approver's edit judged again: not a call being made (docs/policies.md)
+        payload["check_only"] = True
     return payload
 
 

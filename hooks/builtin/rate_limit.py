@@ -47,6 +47,9 @@ class RateLimit(Hook):
     (`hooks.state`, scope `rate_limit:<hook name>`), so every server process and
     every worker shares them; beat drops those whose window ended long ago. Every call that reaches this hook counts, whatever
     later hooks decide; put it after the hooks that should not count.
+
+    Check only (`HookContext.check_only`: an approver's edit judged again): a full window refuses,
+    and nothing is counted — the call was counted when it was asked, if this hook applied to it then.
     """
 
     kind = "rate_limit"
@@ -57,14 +60,13 @@ class RateLimit(Hook):
     def run(self, ctx: HookContext) -> HookResult:
         c = self.config
         now = ctx.now or timezone.now()
-        window_end = state.take_in_window(
-            agent=ctx.agent,
-            scope=f"{SCOPE_PREFIX}{self.name}",
-            key=counter_key(c.per, ctx),
-            limit=c.limit,
-            window_seconds=c.window_seconds,
-            now=now,
-        )
+        scope, key = f"{SCOPE_PREFIX}{self.name}", counter_key(c.per, ctx)
+        if ctx.check_only:  # an edited call judged again: refused if the window is full, never counted
+            window_end = state.window_full(agent=ctx.agent, scope=scope, key=key, limit=c.limit, now=now)
+        else:
+            window_end = state.take_in_window(
+                agent=ctx.agent, scope=scope, key=key, limit=c.limit, window_seconds=c.window_seconds, now=now
+            )
         if window_end is None:
             return HookResult.no_opinion()
         wait = max(1, math.ceil((window_end - now).total_seconds()))

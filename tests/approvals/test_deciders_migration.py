@@ -22,7 +22,9 @@ def old_request(status: str, decided_by: str, *responses: tuple[str, str, str]) 
         status=status, decided_by=decided_by,
     )  # fmt: skip
     for approver, decision, channel in responses:
-        ApproverResponse.objects.create(confirmation=request, approver=approver, decision=decision, channel=channel)
+        ApproverResponse.objects.create(
+            confirmation=request, approver=approver, person=approver, decision=decision, channel=channel
+        )
     return request
 
 

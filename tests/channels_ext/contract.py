@@ -26,11 +26,24 @@ from tests.conftest import AgentClient
 from tests.support import wait_until
 
 TOOL = "oa__purchase_pay"
+# A deny rule of the agent's own: the gate may ask about any payment, but none over 5000 runs.
+SPENDING_CAP = {
+    "kind": "policy",
+    "name": "spending-cap",
+    "rules": [
+        {"effect": "deny", "tools": [TOOL], "when": "args.amount > 5000", "reason": "payments over 5000 need the CFO"}
+    ],
+}
 
 
 def gate_keys(keys: dict[str, Any]) -> str:
     """More keys of the gate, as YAML lines at a hook's indentation (JSON is YAML)."""
     return "".join(f"        {key}: {json.dumps(value)}\n" for key, value in keys.items())
+
+
+def more_hooks(hooks: list[dict[str, Any]]) -> str:
+    """More hooks of the agent after its gate, as YAML list items (JSON is YAML)."""
+    return "".join(f"      - {json.dumps(hook)}\n" for hook in hooks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +78,11 @@ class ChannelDriver(Protocol):
     # What a click delivered a second time is answered with; `{by}` is who decided.
     duplicate_told: str
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        """Configure the channel and the gate (approvers: the two approvers; `gate`: more of its keys);
-        the agent's client."""
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        """Configure the channel and the gate (approvers: the two approvers; `gate`: more of its keys;
+        `hooks`: more hooks of the agent, after the gate); the agent's client."""
 
     def card(self, confirmation_id: str) -> Any:
         """Wait until the request is shown to its approvers; a handle on what they see."""
@@ -81,8 +96,9 @@ class ChannelDriver(Protocol):
     def forged_click(self, card: Any, person: Person, decision: str) -> int:
         """A click that does not come from the channel (unsigned, no CSRF token…); the HTTP status."""
 
-    def edit(self, card: Any, person: Person, edits: dict[str, Any]) -> Told:
-        """`person` changes arguments (`{path: new value}`) in the channel's edit form and approves."""
+    def edit(self, card: Any, person: Person, typed: dict[str, str]) -> Told:
+        """`person` types new values (`{path: text}`) into the channel's edit form and approves;
+        the other fields keep what the form shows."""
 
     def scope_buttons(self, card: Any) -> list[str]:
         """The texts of the card's "approve for a scope" buttons, in order."""
@@ -119,6 +135,13 @@ def pending(agent: AgentClient, args: dict[str, Any] | None = None) -> str:
     answer = agent.pre_tool_use(TOOL, args or {"amount": 80000}, user_id="u-42").json()
     assert answer["decision"] == "pending", answer
     return answer["confirmation_id"]
+
+
+def waiting_for(driver: ChannelDriver, background: Any, agent: AgentClient, args: dict[str, Any]) -> tuple[Any, str, Any]:
+    """The agent asks (for u-42) and waits in the background: (its pending answer, the request's id, its card)."""
+    waiting = background(agent.pre_tool_use, TOOL, args, user_id="u-42", wait_seconds=60)
+    confirmation_id = str(wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first()))
+    return waiting, confirmation_id, driver.card(confirmation_id)
 
 
 class ChannelContract:
@@ -328,7 +351,7 @@ class ChannelContract:
         confirmation_id = wait_until(lambda: ConfirmationRequest.objects.values_list("pk", flat=True).first())
         card = driver.card(str(confirmation_id))
 
-        told = driver.edit(card, approver, {"amount": 8000})
+        told = driver.edit(card, approver, {"amount": "8000"})
 
         assert told.taken
         answer = waiting.result(timeout=20).json()
@@ -356,11 +379,54 @@ class ChannelContract:
         card = driver.card(confirmation_id)
         before = request_state(confirmation_id)
 
-        told = driver.edit(card, driver.approvers[0], {"vendor": "Evil Corp"})
+        told = driver.edit(card, driver.approvers[0], {"vendor": "Evil Corp"})  # not editable
 
         assert told.text == "You may not change vendor; the editable arguments are amount."
         assert request_state(confirmation_id) == before
         driver.expect_open(card)
+
+    # --- an edited call is judged again, and keeps its types ------------------------------------
+
+    def test_an_edit_the_agents_policy_denies_is_refused_with_its_reason_and_one_it_allows_runs(self, driver, background):
+        agent = driver.deploy(gate={"allow_edit": ["amount"]}, hooks=[SPENDING_CAP])
+        approver = driver.approvers[0]
+        waiting, confirmation_id, card = waiting_for(driver, background, agent, {"amount": 1000, "vendor": "ACME"})
+        before = request_state(confirmation_id)
+
+        refused = driver.edit(card, approver, {"amount": "9000"})
+
+        assert refused.text == (
+            "The edited call is refused by spending-cap: payments over 5000 need the CFO. Nothing was decided."
+        )
+        assert request_state(confirmation_id) == before  # nothing decided, no response recorded
+        assert not waiting.done()  # the agent still waits
+        event = ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="refused_click")
+        assert (event.actor, event.message) == (approver.decided_by, refused.text)
+        judged = [(d["hook"], d["decision"]) for d in event.data["judged_again"]]
+        assert judged == [("finance-gate", "ask"), ("spending-cap", "deny")]  # the agent's chain, on the edited call
+        driver.expect_open(card)
+
+        assert driver.edit(card, approver, {"amount": "4000"}).taken
+
+        answer = waiting.result(timeout=20).json()
+        assert (answer["decision"], answer["tool_args"]) == ("allow", {"amount": 4000, "vendor": "ACME"})
+        driver.expect_decided(card, status="approved", by=approver, edited=True)
+
+    def test_an_edited_value_keeps_the_json_type_of_the_value_it_replaces(self, driver, background):
+        agent = driver.deploy(gate={"allow_edit": ["amount", "memo"]})
+        approver = driver.approvers[0]
+        waiting, confirmation_id, card = waiting_for(driver, background, agent, {"amount": 1000, "memo": "Q3"})
+        before = request_state(confirmation_id)
+
+        decimal = driver.edit(card, approver, {"amount": "12.5"})
+
+        assert decimal.text == "The value for amount must be a whole number, like 1200; 12.5 is not."
+        assert request_state(confirmation_id) == before
+
+        assert driver.edit(card, approver, {"amount": "9000", "memo": "12345"}).taken
+
+        answer = waiting.result(timeout=20).json()
+        assert answer["tool_args"] == {"amount": 9000, "memo": "12345"}  # a number stays a number, text stays text
 
     # --- approve for a scope ------------------------------------------------------------------
 

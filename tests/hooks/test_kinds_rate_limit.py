@@ -137,3 +137,25 @@ def test_the_timers_task_drops_counters_whose_window_ended_an_hour_ago(live_gate
 
     assert run_timers.apply().get()["counters_purged"] == 1
     assert list(HookState.objects.values_list("key", flat=True)) == ["user:recent"]
+
+
+def test_a_check_only_run_refuses_while_the_window_is_full_and_never_counts(transactional_db):
+    """An approver's edit judged again (`HookContext.check_only`): the window as it is, nothing taken."""
+    from hooks.base import HookContext
+    from hooks.registry import build, validate_agent_hooks
+
+    (hook,) = build(validate_agent_hooks([{"kind": "rate_limit", "name": "rl", "limit": 2, "window_seconds": 60}]))
+    now = timezone.now()
+
+    def run(check_only: bool, at: dt.datetime = now) -> str:
+        ctx = HookContext(event="pre_tool_use", agent="bot", user_id="u-1", tool_name="t", now=at, check_only=check_only)
+        return hook.run(ctx).decision
+
+    counter = HookState.objects.filter(agent="bot", scope="rate_limit:rl")
+    assert run(check_only=True) == "none" and not counter.exists()  # no window yet: room, nothing written
+    assert [run(check_only=False), run(check_only=True)] == ["none", "none"]
+    assert counter.get().counter == 1
+    assert [run(check_only=False), run(check_only=True)] == ["none", "deny"]  # full: refused, still 2
+    assert counter.get().counter == 2
+    assert run(check_only=True, at=now + dt.timedelta(seconds=61)) == "none"  # the window ended: room again
+    assert counter.get().counter == 2

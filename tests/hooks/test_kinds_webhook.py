@@ -221,3 +221,29 @@ def test_a_webhook_can_decide_another_event(live_gateway, transactional_db, poli
     assert (answer["decision"], answer["reason"]) == ("deny", "this user may not start sessions")
     event = Webhook(SECRET).verify(policy_service.requests[0]["body"], policy_service.requests[0]["headers"])
     assert (event["hook_event_name"], event["session_id"]) == ("SessionStart", "s-9")
+
+
+def test_an_approvers_edit_judged_again_is_sent_marked_check_only(live_gateway, transactional_db, policy_service):
+    from approvals import services
+    from channels_ext.base import Callback
+
+    apply_config(f"""
+channels: [{{name: web, kind: web}}]
+agents:
+  - name: bot
+    hooks:
+      - {{kind: webhook, name: svc, event: pre_tool_use, url: "{policy_service.url}", secret: "{SECRET}"}}
+      - {{kind: approval_gate, name: gate, channel: web, approvers: [alice], allow_edit: [amount]}}
+""")
+    agent = make_agent_client(live_gateway, "bot")
+    policy_service.answer({"decision": "allow"})
+    asked = agent.pre_tool_use("pay", {"amount": 10}).json()
+
+    edited = Callback(
+        confirmation_id=asked["confirmation_id"], decision="approve", actor="alice", typed_edits={"amount": "20"}
+    )
+    assert services.confirmation_respond(channel_name="web", callback=edited).code == "decided"
+
+    first, again = (Webhook(SECRET).verify(sent["body"], sent["headers"]) for sent in policy_service.requests)
+    assert ("check_only" in first, first["tool_input"]) == (False, {"amount": 10})
+    assert (again["check_only"], again["tool_input"]) == (True, {"amount": 20})

@@ -558,9 +558,25 @@ def test_it_refuses_a_warning_finer_than_the_timers_that_send_it(settings):
     assert stored.warn_before_seconds == 10
 
 
+def test_a_gate_declares_the_type_of_an_edited_value_only_for_its_editable_paths():
+    (declared,) = validate_agent_hooks([gate(allow_edit=["amount", "memo"], edit_types={"amount": "number"})])
+    assert declared.edit_types == {"amount": "number"}
+    assert hook_problems(
+        gate(allow_edit=["amount"], edit_types={"memo": "string"}),
+        gate(allow_edit=True, edit_types={"shipping.city": "string"}),
+        gate(edit_types={"amount": "number"}),
+        gate(allow_edit=["amount"], edit_types={"amount": "float"}),
+    ) == [
+        ("hooks[0].edit_types", "memo is not in allow_edit (amount)"),
+        ("hooks[1].edit_types", "shipping.city: allow_edit: true makes only top-level arguments editable"),
+        ("hooks[2].edit_types", "needs allow_edit (a type for an argument nobody may edit means nothing)"),
+        ("hooks[3].edit_types.amount", "must be 'string', 'integer', 'number', 'boolean', 'object', 'array' or 'any'"),
+    ]
+
+
 def test_the_json_schema_describes_the_edit_scope_and_warning_keys():
     gate_schema = hooks_json_schema()["$defs"]["ApprovalGateConfig"]["properties"]
-    assert {"allow_edit", "grants", "warn_before_seconds"} <= set(gate_schema)
+    assert {"allow_edit", "edit_types", "grants", "warn_before_seconds"} <= set(gate_schema)
     assert "editable argument paths" in gate_schema["allow_edit"]["description"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from approvals.models import Outbox
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
 from tests.channels_ext.feishu.test_end_to_end import (
     APP_SECRET,
@@ -91,13 +91,15 @@ class FeishuDriver:
         self.monkeypatch = monkeypatch
         self.callback_url = f"{live_gateway.url}/channels/{CHANNEL}/callback"
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
         self.monkeypatch.setenv("FEISHU_APP_ID", unique_app_id())  # lark-oapi caches tokens per app_id
         self.monkeypatch.setenv("FEISHU_APP_SECRET", APP_SECRET)
         self.monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN)
         self.monkeypatch.setenv("FEISHU_ENCRYPT_KEY", ENCRYPT_KEY)
         self.monkeypatch.setenv("FEISHU_API_BASE_URL", self.fake.domain)
-        apply_config(CHANNELS_YAML + agents_yaml(timeout_seconds, gate_keys(gate or {})))
+        apply_config(CHANNELS_YAML + agents_yaml(timeout_seconds, gate_keys(gate or {}) + more_hooks(hooks or [])))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> FeishuCard:
@@ -149,13 +151,13 @@ class FeishuDriver:
         body = self._body(card, person, decision, "", event_id=uuid.uuid4().hex)
         return self._told(self._post(body)), self._told(self._post(body))
 
-    def edit(self, card: FeishuCard, person: Person, edits: dict[str, Any]) -> Told:
-        # "Approve with these values" submits the edit form: every input (arg_<n>: JSON) in form_value.
+    def edit(self, card: FeishuCard, person: Person, typed: dict[str, str]) -> Told:
+        # "Approve with these values" submits the edit form: every input (arg_<n>, as typed) in form_value.
         value = dict(card.value("approve_edited"))
         # A path the form does not offer can only come from a tampered click: send it anyway.
-        value["edit"] = value["edit"] + [p for p in edits if p not in value["edit"]]
+        value["edit"] = value["edit"] + [p for p in typed if p not in value["edit"]]
         form_value = {
-            f"arg_{n}": json.dumps(edits[path]) if path in edits else card.inputs[f"arg_{n}"]["default_value"]
+            f"arg_{n}": typed[path] if path in typed else card.inputs[f"arg_{n}"]["default_value"]
             for n, path in enumerate(value["edit"])
         }
         return self._told(self._post(self._body(card, person, "approve_edited", "", value=value, form_value=form_value)))

@@ -13,7 +13,7 @@ import pytest
 
 from approvals.models import ApproverResponse
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,
     BOB,
@@ -48,8 +48,10 @@ class SlackDriver:
         self.fake = fake_slack
         self._names = itertools.count(1)
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        configure(self.fake, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}))
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        configure(self.fake, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}) + more_hooks(hooks or []))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> PostedCard:
@@ -125,8 +127,8 @@ class SlackDriver:
         again = self._deliver(card, person, decision, payload, note_to, "")
         return first, again
 
-    def edit(self, card: PostedCard, person: Person, edits: dict[str, Any]) -> Told:
-        """Edit…: the modal opens (views.open) with one JSON input per editable argument; the approver
+    def edit(self, card: PostedCard, person: Person, typed: dict[str, str]) -> Told:
+        """Edit…: the modal opens (views.open) with one input per editable argument; the approver
         types the new values and submits (view_submission), which approves."""
         note_to = f"{person.name}-{next(self._names)}"
         response = post_interaction(self.live_gateway, self._payload(card, person, "edit", note_to))
@@ -140,11 +142,11 @@ class SlackDriver:
         metadata = json.loads(view["private_metadata"])
         inputs = {b["label"]["text"]: b for b in view["blocks"] if b["type"] == "input"}
         # A path the modal does not offer can only come from a tampered submission: send it anyway.
-        metadata["paths"] += [p for p in edits if p not in metadata["paths"]]
+        metadata["paths"] += [p for p in typed if p not in metadata["paths"]]
         values = {}
         for number, path in enumerate(metadata["paths"]):
-            typed = json.dumps(edits[path]) if path in edits else inputs[path]["element"].get("initial_value")
-            values[f"edit_{number}"] = {"value": {"type": "plain_text_input", "value": typed}}
+            text = typed[path] if path in typed else inputs[path]["element"].get("initial_value")
+            values[f"edit_{number}"] = {"value": {"type": "plain_text_input", "value": text}}
         submission = view_submission_payload(
             private_metadata=json.dumps(metadata), reason=None, user_id=person.id, user_name=person.name,
             callback_id="edit_arguments",

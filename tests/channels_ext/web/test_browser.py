@@ -150,8 +150,9 @@ def test_an_approver_edits_an_argument_and_the_waiting_agent_runs_the_edit(agent
     assert page.locator("#edit-0").input_value() == "80000"
     expect(page.locator('textarea[name="edit.vendor"]')).to_have_count(0)  # only what the gate allows
     page.fill("#edit-0", "8,000")
-    page.locator("#approve").click()  # not JSON: refused, nothing decided
-    expect(page.locator(".errorlist")).to_contain_text("amount: not valid JSON")
+    page.locator("#approve").click()  # not a whole number, as the amount was: refused, nothing decided
+    expect(page.locator(".errorlist")).to_contain_text("The value for amount must be a whole number, like 1200; 8,000 is not.")
+    assert page.locator("#edit-0").input_value() == "8,000"  # what was typed, kept
     assert ConfirmationRequest.objects.get(pk=held.confirmation_id).status == "pending"
     page.fill("#edit-0", "8000")
     expect(page.locator("#approve")).to_have_text("Approve with my edits")

@@ -4,7 +4,6 @@ a click is the page's form POSTed by a signed-in approver, what they are told is
 from __future__ import annotations
 
 import html
-import json
 import re
 from typing import Any
 
@@ -14,13 +13,14 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ConfirmationRequest
-from tests.channels_ext.contract import TOOL, ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import TOOL, ChannelContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import AgentClient, apply_config, make_agent_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 _FLASH = re.compile(r'<li class="[^"]*" role="status">(.*?)</li>', re.S)
+_FORM_ERROR = re.compile(r'<ul class="errorlist nonfield"><li>(.*?)</li></ul>', re.S)
 _SCOPE_BUTTON = re.compile(r'<button class="approve scope" type="submit" name="grant" value="\d+">(.*?)</button>', re.S)
 
 
@@ -32,7 +32,9 @@ class WebDriver:
     def __init__(self, live_gateway):
         self.live_gateway = live_gateway
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
         apply_config(
             f"""
 channels: [{{name: web, kind: web}}]
@@ -45,7 +47,7 @@ agents:
         channel: web
         approvers: [alice, bob]
         timeout_seconds: {timeout_seconds}
-{gate_keys(gate or {})}"""
+{gate_keys(gate or {})}{more_hooks(hooks or [])}"""
         )
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
@@ -60,7 +62,12 @@ agents:
     def _post(self, client: Client, page: str, decision: str, reason: str, **more: Any) -> Told:
         try:
             response = client.post(page, {"decision": decision, "reason": reason, **more}, follow=True)
-            flashes = [html.unescape(m).strip() for m in _FLASH.findall(response.content.decode())]
+            content = response.content.decode()
+            if response.status_code == 400 and 'name="decision"' in content:
+                # A refused edit: the page again, what was typed kept, why above the form.
+                (why,) = _FORM_ERROR.findall(content)
+                return Told(taken=True, text=html.unescape(why).strip())
+            flashes = [html.unescape(m).strip() for m in _FLASH.findall(content)]
             return Told(taken=response.status_code == 200, text=flashes[0] if flashes else None)
         finally:
             connection.close()  # clicks may come from other threads
@@ -79,9 +86,9 @@ agents:
         client = self._signed_in(person, enforce_csrf_checks=True)
         return client.post(card, {"decision": decision, "reason": ""}).status_code
 
-    def edit(self, card: str, person: Person, edits: dict[str, Any]) -> Told:
-        # The page's form: one JSON field per editable argument, named edit.<path>.
-        fields = {f"edit.{path}": json.dumps(value) for path, value in edits.items()}
+    def edit(self, card: str, person: Person, typed: dict[str, str]) -> Told:
+        # The page's form: one field per editable argument, named edit.<path>, as typed.
+        fields = {f"edit.{path}": text for path, text in typed.items()}
         return self._post(self._signed_in(person), card, "approve", "", **fields)
 
     def scope_buttons(self, card: str) -> list[str]:
