@@ -53,6 +53,11 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
+    "teams": ChannelKind("channels_ext.teams.config.TeamsChannelConfig", "channels_ext.teams.adapter.TeamsAdapter"),
+    # DingTalk's general card template has one row of buttons and no inputs: one card per call.
+    "dingtalk": ChannelKind(
+        "channels_ext.dingtalk.config.DingTalkChannelConfig", "channels_ext.dingtalk.adapter.DingTalkAdapter", turn_cards=False
+    ),
 }
 
 Decision = Literal["approve", "reject"]
@@ -349,3 +354,22 @@ def unsign_confirmation_id(value: str) -> str:
         return signing.Signer(salt=_SIGNER_SALT).unsign(str(value))
     except signing.BadSignature:
         raise CallbackError(400, "the button value is not one this gateway signed") from None
+
+
+# A whole-turn button carries the ids of the calls its card showed (`CardView.shown_ids`), signed apart
+# from single ids so that neither can stand in for the other.
+_SHOWN_SALT = "channels_ext.button.shown"
+
+
+def sign_shown_ids(shown_ids: tuple[str, ...]) -> str:
+    """The value a whole-turn button carries: the calls its card showed, signed (`Callback.shown_ids`)."""
+    return signing.Signer(salt=_SHOWN_SALT).sign(",".join(str(shown) for shown in shown_ids))
+
+
+def unsign_shown_ids(value: str) -> tuple[str, ...]:
+    """The calls a whole-turn button's card showed; CallbackError(400) if this gateway did not sign them."""
+    try:
+        joined = signing.Signer(salt=_SHOWN_SALT).unsign(str(value))
+    except signing.BadSignature:
+        raise CallbackError(400, "the button's list of shown calls is not one this gateway signed") from None
+    return tuple(shown for shown in joined.split(",") if shown)
