@@ -261,12 +261,11 @@ class TeamsAdapter(ChannelAdapter):
         Raises CallbackError(401) for a missing, forged, expired or misaddressed token
         and CallbackError(400) for a malformed activity; `decide` is only called after both passed.
         """
-        token = _bearer_token(request.headers.get("Authorization"))
+        claims = self._validated_claims(_bearer_token(request.headers.get("Authorization")))
         try:
             activity = Activity.model_validate_json(request.body)
         except (ValidationError, ValueError):
             raise CallbackError(400, "the body is not a Bot Framework activity") from None
-        claims = self._validated_claims(token)
         claimed_service_url = claims.get_claim_value("serviceurl")
         if claimed_service_url is not None and (
             str(claimed_service_url).rstrip("/").casefold() != str(activity.service_url or "").rstrip("/").casefold()
