@@ -228,10 +228,15 @@ def parse_card_callback(data: dict[str, Any], *, delivery_id: str = "") -> Callb
         raise CallbackError(400, f"the button action {action[:50]!r} is not one of this gateway's")
     if not message.user_id:
         raise CallbackError(400, "the card callback names no userId")
+    decision = "reject" if action == cards.REJECT_ACTION else "approve"
+    # A card template with an input named `reason` sends what was typed in it (docs/dingtalk.md).
+    params = private.get("params") if isinstance(private.get("params"), dict) else {}
+    typed = params.get(cards.REASON_PARAM)
     return Callback(
         confirmation_id=confirmation_id,
-        decision="reject" if action == cards.REJECT_ACTION else "approve",
+        decision=decision,
         actor=message.user_id,
+        reason=typed.strip()[: cards.REASON_LIMIT] if decision == "reject" and isinstance(typed, str) else "",
         dedupe_key=f"dingtalk:message:{delivery_id}" if delivery_id else "",
         grant=grant,
     )

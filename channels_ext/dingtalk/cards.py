@@ -8,9 +8,10 @@ button with `"request": true` calls back over the app's Stream connection, and
 the callback names the button's `id`. Every value of the map is a string.
 
 A button's id is `<action>|<signed confirmation id>`: the decision (or scope)
-and the request, nothing else. The template has no input fields, so a
-rejection carries no typed reason and arguments are edited on the approval
-page, which every card links to (docs/dingtalk.md).
+and the request, nothing else. The general template has no input fields, so a
+rejection carries a typed reason only on a template of one's own with an input
+named `reason`, and arguments are edited on the approval page, which every card
+links to (docs/dingtalk.md).
 
 Every string from an agent or a user is escaped before it reaches the markdown,
 so a tool argument cannot add a link, a `<font>` tag or emphasis.
@@ -29,6 +30,8 @@ APPROVE_ACTION = "approve"
 REJECT_ACTION = "reject"
 GRANT_ACTION_PREFIX = "approve_grant_"  # + the index of the offered scope
 BUTTON_ID_SEPARATOR = "|"
+# The input a card template of one's own may add for a rejection's reason; the general template has none.
+REASON_PARAM = "reason"
 # AICardStatus.FINISHED in dingtalk-stream: the template shows its content, not a "thinking" state.
 FLOW_FINISHED = "3"
 
@@ -153,7 +156,7 @@ def buttons(card: CardView) -> list[dict[str, Any]]:
     found = [{"text": "Approve", "color": "blue", "id": button_id(APPROVE_ACTION, card.confirmation_id), "request": True}]
     found += [
         {
-            "text": cut(f"Approve {label}", 40),
+            "text": cut(f"Approve {label}", 60),
             "color": "blue",
             "id": button_id(f"{GRANT_ACTION_PREFIX}{number}", card.confirmation_id),
             "request": True,
