@@ -113,7 +113,7 @@ def test_a_channel_of_a_kind_no_adapter_handles_is_reported_as_e002():
 
     assert error.id == "channels_ext.E002"
     assert error.msg == "Channel 'teams' has kind 'msteams', which no adapter handles."
-    assert error.hint == "Use one of: feishu, slack, web."
+    assert error.hint == "Use one of: dingtalk, feishu, slack, teams, web."
 
 
 def test_no_message_shows_a_secret_value():
