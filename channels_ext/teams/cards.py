@@ -278,7 +278,7 @@ def render_card(card: CardView, *, told: str = "") -> dict[str, Any]:
             "weight": "Bolder",
             "size": "Medium",
             "wrap": True,
-            "color": _COLOURS["pending" if pending else card.status] if not card.items or pending else "Default",
+            "color": _COLOURS["pending"] if pending else _COLOURS.get(card.status, "Default") if not card.items else "Default",
         }
     ]
     if told:

@@ -191,3 +191,26 @@ def test_a_card_carries_the_signed_request_on_each_button_and_nothing_else(live_
     assert (card.template_id, card.callback_type) == ("382e4302-551d-4880-bf29-a30acfab2e71.schema", "STREAM")
     assert card.open_space_id == "dtv1.card//IM_GROUP.cidAbCdEf123=="
     assert "<font" not in card.params["msgContent"] and "\\[pay\\](http://evil)" in card.params["msgContent"]
+
+
+def test_the_client_secret_stays_out_of_the_admin_and_the_logs(live_gateway, fake_dingtalk, celery_worker, caplog):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    caplog.set_level("DEBUG")
+    agent = deploy(live_gateway, fake_dingtalk)
+    with running_connections():
+        wait_until(lambda: connection_state(CHANNEL) == "connected", what="the Stream to connect")
+        agent.pre_tool_use(TOOL, {"amount": 9})
+        card, buttons = posted_card(fake_dingtalk)
+        fake_dingtalk.deliver_card_callback(out_track_id=card.out_track_id, button_id=buttons["reject"], user_id=MANAGER)
+    operator = User.objects.create_user("operator", is_staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="view_channel", content_type__app_label="approvals"))
+    admin = Client()
+    admin.force_login(operator)
+
+    detail = admin.get(f"/admin/approvals/channel/{Channel.objects.get(name=CHANNEL).pk}/change/").content.decode()
+
+    assert fake_dingtalk.client_id in detail
+    assert fake_dingtalk.client_secret not in detail
+    assert fake_dingtalk.client_secret not in caplog.text

@@ -153,3 +153,24 @@ def test_approve_all_on_a_turns_card_decides_the_calls_the_card_showed(live_gate
     decided = ConfirmationRequest.objects.filter(pk__in=[first["confirmation_id"], second["confirmation_id"]])
     assert sorted(decided.values_list("status", flat=True)) == ["approved", "approved"]
     assert set(decided.values_list("decided_by", flat=True)) == {f"teams:{ALICE[0]}"}
+
+
+def test_the_app_password_stays_out_of_the_admin_and_the_logs(live_gateway, fake_teams, celery_worker, caplog):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    caplog.set_level("DEBUG")
+    fake_teams.fail_next(ACTIVITIES, status=403, body=BOT_NOT_IN_CONVERSATION, method="POST")
+    deploy(live_gateway, fake_teams).pre_tool_use(TOOL, {"amount": 80000}, wait_seconds=15)
+    operator = User.objects.create_user("operator", is_staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="view_channel", content_type__app_label="approvals"))
+    admin = Client()
+    admin.force_login(operator)
+
+    listing = admin.get("/admin/approvals/channel/").content.decode()
+    detail = admin.get(f"/admin/approvals/channel/{Channel.objects.get(name=CHANNEL).pk}/change/").content.decode()
+
+    assert "HTTP 403" in listing  # the channel's error is shown…
+    assert fake_teams.app_id in detail  # …and its keys, but never the secret
+    assert fake_teams.app_password not in listing + detail
+    assert fake_teams.app_password not in caplog.text
