@@ -19,12 +19,12 @@ so a tool argument cannot add a link, a `<font>` tag or emphasis.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, CallbackError, actor_label, sign_confirmation_id, unsign_confirmation_id
+from channels_ext.base import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
+from channels_ext.cardkit import cut, utc_text, value_text
 
 APPROVE_ACTION = "approve"
 REJECT_ACTION = "reject"
@@ -57,28 +57,14 @@ def escape(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
 def _safe(text: str, limit: int) -> str:
     return escape(cut(" ".join(text.split()), limit))
-
-
-def _format_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def format_time(moment: dt.datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
     if not tool_args:
         return ["- (no arguments)"]
-    return [f"- {_safe(str(key), SHORT_LIMIT)}: {_safe(_format_value(value), ARG_VALUE_LIMIT)}" for key, value in tool_args.items()]
+    return [f"- {_safe(str(key), SHORT_LIMIT)}: {_safe(value_text(value), ARG_VALUE_LIMIT)}" for key, value in tool_args.items()]
 
 
 def outcome_line(card: CardView) -> str:
@@ -94,7 +80,7 @@ def outcome_line(card: CardView) -> str:
     elif card.decided_by and card.status in ("approved", "rejected", "cancelled"):
         line += f" by {_safe(card.decider, SHORT_LIMIT)}"
     if card.decided_at is not None:
-        line += f" at {format_time(card.decided_at)}"
+        line += f" at {utc_text(card.decided_at)}"
     if card.decision_reason:
         line += f" — {_safe(card.decision_reason, REASON_LIMIT)}"
     return line
@@ -117,7 +103,7 @@ def card_markdown(card: CardView) -> str:
     lines.append(f"**Why:** {why}")
     if card.is_pending:
         if card.expires_at is not None:
-            lines.append(f"**Expires:** {format_time(card.expires_at)}")
+            lines.append(f"**Expires:** {utc_text(card.expires_at)}")
         if card.approvers:
             lines.append("**Approvers:** " + ", ".join(_safe(who, SHORT_LIMIT) for who in card.approvers[:20]))
         if card.approvals_required > 1:

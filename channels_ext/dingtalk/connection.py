@@ -40,7 +40,7 @@ from dingtalk_stream.version import VERSION_STRING
 from websockets.exceptions import ConnectionClosed
 
 from channels_ext.base import Decide
-from channels_ext.connections.link import CONNECTED, RECONNECTING, ConnectionRefused, Report
+from channels_ext.connections.link import CONNECTED, RECONNECTING, ConnectionRefused, Report, run_on_own_loop
 
 if TYPE_CHECKING:
     from channels_ext.dingtalk.adapter import DingTalkAdapter
@@ -146,16 +146,7 @@ class DingTalkStreamLink:
 
     def serve(self, stop: threading.Event, report: Report) -> None:
         """Open one Stream connection and acknowledge its messages until it is lost or `stop` is set."""
-        loop = asyncio.new_event_loop()
-        try:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._serve(stop, report))
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+        run_on_own_loop(self._serve(stop, report))
 
     async def _serve(self, stop: threading.Event, report: Report) -> None:
         config = self.adapter.config

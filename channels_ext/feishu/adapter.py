@@ -62,6 +62,7 @@ from channels_ext.base import (
     MessageRef,
     unsign_confirmation_id,
 )
+from channels_ext.cardkit import UnreadableEdit, typed_edits
 from channels_ext.connections.link import ChannelLink
 from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME, render_card
 from channels_ext.feishu.config import FeishuChannelConfig
@@ -417,32 +418,12 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     )
 
 
-class UnreadableEdit(CallbackError):
-    """A value typed in the edit form is not JSON (the approver is told; nothing is decided)."""
-
-    def __init__(self, message: str):
-        super().__init__(400, message)
-
-
 def _edits(paths: Any, form_value: dict[str, Any]) -> dict[str, Any] | None:
     """The edited arguments of an "Approve with these values" click: input `arg_<n>` holds the JSON of
     `paths[n]`. A value that is not JSON is refused (400 → the clicker is told), nothing decided."""
     if paths is None:
         return None
-    if not isinstance(paths, list) or len(paths) > MAX_EDIT_FIELDS or not all(isinstance(p, str) for p in paths):
-        raise CallbackError(400, "the edit button's value does not list the argument paths")
-    edits: dict[str, Any] = {}
-    for number, path in enumerate(paths):
-        typed = form_value.get(f"{EDIT_INPUT_PREFIX}{number}")
-        if typed is None or typed == "":
-            continue  # left empty: unchanged
-        if not isinstance(typed, str):
-            raise CallbackError(400, f"the value typed for {path} is not text")
-        try:
-            edits[path] = json.loads(typed)
-        except ValueError:
-            raise UnreadableEdit(f"The value for {path} is not JSON; text needs quotes: \"like this\".") from None
-    return edits
+    return typed_edits(paths, form_value, prefix=EDIT_INPUT_PREFIX, max_fields=MAX_EDIT_FIELDS)
 
 
 def click_answer(outcome: DecisionOutcome) -> dict[str, Any]:

@@ -16,6 +16,9 @@ import re
 from typing import Any
 
 from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
+from channels_ext.cardkit import cut, path_value
+from channels_ext.cardkit import utc_text as format_time
+from channels_ext.cardkit import value_text as _format_value
 
 APPROVE_BUTTON_NAME = "approve"
 REJECT_BUTTON_NAME = "reject"
@@ -64,14 +67,6 @@ def escape(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
-def cut(text: str, limit: int) -> str:
-    """Shorten `text` to at most `limit` characters, ending with "…" when cut."""
-    if len(text) <= limit:
-        return text
-    head = text[: max(limit - 1, 0)]
-    return head + "…"
-
-
 def _safe(text: str, limit: int) -> str:
     """Cut, then escape: the limit counts what the reader sees, not the escapes."""
     return escape(cut(" ".join(text.split()), limit))
@@ -84,19 +79,6 @@ def mention(user_id: str, name: str = "") -> str:
     if kind in ("feishu", "") and _OPEN_ID.match(native):
         return f"<at id={native}></at>"
     return _safe(actor_label(user_id, name), SHORT_LIMIT)
-
-
-def format_time(moment: dt.datetime) -> str:
-    """A timestamp as UTC text (card markdown has no per-reader time zone tag)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
@@ -207,18 +189,6 @@ def _callback(decision: str, confirmation_id: str, **more: Any) -> list[dict[str
     return [{"type": "callback", "value": value}]
 
 
-def _path_value(args: Any, path: str) -> Any:
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
-
-
 def scope_buttons(card: CardView) -> list[dict[str, Any]]:
     """"Approve for this session …" / "Approve for 30 min …": the scopes the gate offers, stated on the buttons."""
     return [
@@ -242,7 +212,7 @@ def edit_form(card: CardView) -> dict[str, Any]:
     paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
     inputs = []
     for number, path in enumerate(paths):
-        current = json.dumps(_path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
         field: dict[str, Any] = {
             "tag": "input",
             "name": f"{EDIT_INPUT_PREFIX}{number}",

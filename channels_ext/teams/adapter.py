@@ -53,6 +53,7 @@ from channels_ext.base import (
     unsign_confirmation_id,
     unsign_shown_ids,
 )
+from channels_ext.cardkit import UnreadableEdit, typed_edits
 from channels_ext.teams import cards
 from channels_ext.teams.config import TeamsChannelConfig
 
@@ -294,13 +295,6 @@ class TeamsAdapter(ChannelAdapter):
 # --------------------------------------------------------------------- helpers
 
 
-class UnreadableEdit(CallbackError):
-    """A value typed in the edit form is not JSON (the approver is told; nothing is decided)."""
-
-    def __init__(self, message: str):
-        super().__init__(400, message)
-
-
 def _bearer_token(header: str | None) -> str:
     scheme, _, token = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -357,21 +351,7 @@ def _grant_index(verb: Any) -> int | None:
 
 def _edits(data: dict[str, Any]) -> dict[str, Any]:
     """The edited arguments: input `arg_<n>` holds the JSON of `edit[n]`; empty inputs leave a value as it was."""
-    paths = data.get("edit")
-    if not isinstance(paths, list) or len(paths) > cards.MAX_EDIT_FIELDS or not all(isinstance(p, str) for p in paths):
-        raise CallbackError(400, "the edit button's data does not list the argument paths")
-    edits: dict[str, Any] = {}
-    for number, path in enumerate(paths):
-        typed = data.get(f"{cards.EDIT_INPUT_PREFIX}{number}")
-        if typed is None or typed == "":
-            continue
-        if not isinstance(typed, str):
-            raise CallbackError(400, f"the value typed for {path} is not text")
-        try:
-            edits[path] = json.loads(typed)
-        except ValueError:
-            raise UnreadableEdit(f"The value for {path} is not JSON; text needs quotes: \"like this\".") from None
-    return edits
+    return typed_edits(data.get("edit"), data, prefix=cards.EDIT_INPUT_PREFIX, max_fields=cards.MAX_EDIT_FIELDS)
 
 
 def invoke_answer(outcome: DecisionOutcome) -> dict[str, Any]:

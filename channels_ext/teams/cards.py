@@ -14,11 +14,11 @@ markdown: a tool argument cannot dress up a link or mention anyone.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import Any
 
 from channels_ext.base import CardItem, CardView, actor_label, sign_confirmation_id, sign_shown_ids
+from channels_ext.cardkit import cut, path_value, utc_text, value_text
 
 ADAPTIVE_CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 CARD_VERSION = "1.4"  # Universal Actions need 1.4; Teams renders up to 1.5
@@ -54,25 +54,6 @@ _COLOURS = {"pending": "Warning", "approved": "Good", "rejected": "Attention", "
 _OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 
 
-def cut(text: str, limit: int) -> str:
-    """Shorten `text` to at most `limit` characters, ending with "…" when cut."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-
-
-def format_time(moment: dt.datetime) -> str:
-    """A timestamp as UTC text."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def format_value(value: Any) -> str:
-    """An argument's value as one line of text (JSON for anything but a plain string)."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
 def _run(text: str, *, bold: bool = False, limit: int = REASON_LIMIT) -> dict[str, Any]:
     run: dict[str, Any] = {"type": "TextRun", "text": cut(" ".join(text.split()), limit)}
     if bold:
@@ -97,7 +78,7 @@ def _argument_lines(tool_args: dict[str, Any]) -> list[dict[str, Any]]:
     if not tool_args:
         return [line(_run("(no arguments)"))]
     return [
-        line(_run(f"{cut(str(key), SHORT_LIMIT)} = ", bold=True), _run(format_value(value), limit=ARG_VALUE_LIMIT))
+        line(_run(f"{cut(str(key), SHORT_LIMIT)} = ", bold=True), _run(value_text(value), limit=ARG_VALUE_LIMIT))
         for key, value in tool_args.items()
     ]
 
@@ -114,7 +95,7 @@ def outcome_text(card: CardView) -> str:
     elif card.decided_by and card.status in ("approved", "rejected", "cancelled"):
         text += f" by {card.decider}"
     if card.decided_at is not None:
-        text += f" at {format_time(card.decided_at)}"
+        text += f" at {utc_text(card.decided_at)}"
     if card.decision_reason:
         text += f" — {card.decision_reason}"
     return text
@@ -124,7 +105,7 @@ def _status_elements(card: CardView) -> list[dict[str, Any]]:
     elements: list[dict[str, Any]] = []
     if card.is_pending or card.pending_items:
         if card.expires_at is not None:
-            elements.append(labelled("Expires", format_time(card.expires_at)))
+            elements.append(labelled("Expires", utc_text(card.expires_at)))
         if card.approvers:
             elements.append(labelled("Approvers", ", ".join(card.approvers[:20]), limit=SHORT_LIMIT * 4))
         if card.approvals_required > 1:
@@ -157,19 +138,6 @@ def _reason_input() -> dict[str, Any]:
         "isMultiline": True,
         "maxLength": REASON_MAX_LENGTH,
     }
-
-
-def path_value(args: Any, path: str) -> Any:
-    """The value at a dotted argument path (None if absent)."""
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
 
 
 def _edit_card(card: CardView, signed: str) -> dict[str, Any]:
@@ -210,7 +178,7 @@ def actions(card: CardView) -> list[dict[str, Any]]:
 
 
 def _item_elements(number: int, item: CardItem) -> list[dict[str, Any]]:
-    args = "; ".join(f"{key} = {cut(format_value(value), ARG_VALUE_LIMIT)}" for key, value in item.tool_args.items())
+    args = "; ".join(f"{key} = {cut(value_text(value), ARG_VALUE_LIMIT)}" for key, value in item.tool_args.items())
     runs = [_run(f"{number}. {cut(item.tool_name, SHORT_LIMIT)} — ", bold=True), _run(args or "(no arguments)")]
     if not item.is_pending:
         outcome = f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {item.status}"

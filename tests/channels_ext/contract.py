@@ -33,6 +33,23 @@ def gate_keys(keys: dict[str, Any]) -> str:
     return "".join(f"        {key}: {json.dumps(value)}\n" for key, value in keys.items())
 
 
+def gated_agent_yaml(channel: str, approvers: tuple[str, ...], timeout_seconds: int, more_keys: str = "") -> str:
+    """The config's `agents:` part: purchasing-bot, whose gate `finance-gate` asks `approvers` on `channel`
+    about TOOL (`more_keys`: more of the gate's keys, as YAML lines)."""
+    listed = ", ".join(json.dumps(who) for who in approvers)
+    return f"""
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: {channel}
+        approvers: [{listed}]
+        timeout_seconds: {timeout_seconds}
+{more_keys}"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Person:
     """Someone in a channel: `id` as the channel knows them (what gates list as approvers),

@@ -27,6 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from websockets.asyncio.server import Server, ServerConnection, serve
 
+from tests.fakes.http_support import Failure, FailureQueue, send_json
+
 TOKEN_PATH = "/v1.0/oauth2/accessToken"
 CREATE_AND_DELIVER_PATH = "/v1.0/card/instances/createAndDeliver"
 CARD_INSTANCES_PATH = "/v1.0/card/instances"
@@ -75,16 +77,6 @@ class Ack:
     seconds: float
 
 
-@dataclasses.dataclass
-class _Failure:
-    method: str | None
-    path_prefix: str
-    status: int
-    body: Mapping[str, Any]
-    headers: dict[str, str]
-    times: int
-
-
 class FakeDingTalk:
     """DingTalk for one internal app (`client_id`, `client_secret`)."""
 
@@ -96,7 +88,7 @@ class FakeDingTalk:
         self.accepted = 0  # WebSocket sessions accepted so far
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
-        self._failures: list[_Failure] = []
+        self._failures = FailureQueue()
         self._tokens: set[str] = set()
         self._tickets: set[str] = set()
         self._sessions: list[ServerConnection] = []
@@ -163,8 +155,7 @@ class FakeDingTalk:
     ) -> None:
         """Answer the next `times` requests to `path` with this failure (default: 429, `Retry-After: 1`)."""
         headers = {"Retry-After": "1"} if headers is None else dict(headers)
-        with self._lock:
-            self._failures.append(_Failure(method, path, status, body, headers, times))
+        self._failures.add(Failure(method, path, status, body, headers, times))
 
     def deliver_card_callback(
         self,
@@ -296,14 +287,10 @@ class FakeDingTalk:
         payload = json.loads(ack.get("data") or "{}")
         return Ack(code=int(ack.get("code", 0)), response=payload.get("response"), seconds=time.monotonic() - started)
 
-    def _record(self, request: RecordedRequest) -> _Failure | None:
+    def _record(self, request: RecordedRequest) -> Failure | None:
         with self._lock:
             self._requests.append(request)
-            for failure in self._failures:
-                if failure.times > 0 and request.path == failure.path_prefix and failure.method in (None, request.method):
-                    failure.times -= 1
-                    return failure
-        return None
+        return self._failures.take(request.method, request.path)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -381,14 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _reply(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json;charset=utf-8")
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, status, body, headers)
 
 
 CLIENT_ID = "dingoxqzvmxj1zbq8r0k"

@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from tests.fakes.http_support import Failure, FailureQueue, send_json
+
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
 OPENID_PATH = "/botframework/v1/.well-known/openidconfiguration"
 JWKS_PATH = "/botframework/v1/.well-known/keys"
@@ -76,16 +78,6 @@ class FakeActivity:
         (attachment,) = self.activity["attachments"]
         assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
         return attachment["content"]
-
-
-@dataclasses.dataclass
-class _Failure:
-    method: str | None
-    path_prefix: str
-    status: int
-    body: Mapping[str, Any]
-    headers: dict[str, str]
-    times: int
 
 
 def _rsa_key() -> rsa.RSAPrivateKey:
@@ -138,7 +130,7 @@ class FakeTeams:
         self.kid = f"kid-{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
-        self._failures: list[_Failure] = []
+        self._failures = FailureQueue()
         self._tokens: set[str] = set()
         self.activities: dict[str, FakeActivity] = {}
         self._directory = tempfile.TemporaryDirectory(prefix="fake-teams-")
@@ -235,20 +227,14 @@ class FakeTeams:
         """Answer the next `times` connector requests under `path_prefix` with this failure (default: 429,
         `Retry-After: 1`)."""
         headers = {"Retry-After": "1"} if headers is None else dict(headers)
-        with self._lock:
-            self._failures.append(_Failure(method, path_prefix, status, body, headers, times))
+        self._failures.add(Failure(method, path_prefix, status, body, headers, times))
 
     # --- used by the handler --------------------------------------------------------
 
-    def _record(self, request: RecordedRequest) -> _Failure | None:
+    def _record(self, request: RecordedRequest) -> Failure | None:
         with self._lock:
             self._requests.append(request)
-            for failure in self._failures:
-                if failure.times > 0 and request.path.startswith(failure.path_prefix):
-                    if failure.method in (None, request.method):
-                        failure.times -= 1
-                        return failure
-        return None
+        return self._failures.take(request.method, request.path)
 
     def _issue_token(self) -> str:
         token = f"bot-token-{uuid.uuid4().hex}"
@@ -354,14 +340,7 @@ class _Handler(BaseHTTPRequestHandler):
         return 404, {"error": {"code": "NotFound", "message": "no such operation"}}
 
     def _reply(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, status, body, headers)
 
 
 APP_ID = "6f1c8a52-7d3e-4b9a-9d2f-1e0c5b7a4d21"

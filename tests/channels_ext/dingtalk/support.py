@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.channels_ext.contract import gated_agent_yaml
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.dingtalk_api import FakeDingTalk
 
@@ -28,17 +29,7 @@ channels:
 
 
 def agents_yaml(timeout_seconds: int, gate_keys: str = "") -> str:
-    return f"""
-agents:
-  - name: purchasing-bot
-    hooks:
-      - kind: approval_gate
-        name: finance-gate
-        tools: ["{TOOL}"]
-        channel: {CHANNEL}
-        approvers: ["{MANAGER}", "{DIRECTOR}"]
-        timeout_seconds: {timeout_seconds}
-{gate_keys}"""
+    return gated_agent_yaml(CHANNEL, (MANAGER, DIRECTOR), timeout_seconds, gate_keys)
 
 
 def deploy(live_gateway, fake: FakeDingTalk, *, timeout_seconds: int = 1800, gate_keys: str = "") -> AgentClient:

@@ -4,12 +4,10 @@ in time even when deciding is slow, shown by /readyz — and delivery failures c
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 import pytest
-from django.db import connection, transaction
 
 from approvals.models import ApproverResponse, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
 from channels_ext.connections.link import ConnectionRefused
@@ -18,7 +16,7 @@ from tests.channels_ext.connections_support import RunningConnections, connectio
 from tests.channels_ext.contract import request_state
 from tests.channels_ext.dingtalk.support import CHANNEL, MANAGER, TOOL, deploy
 from tests.fakes.dingtalk_api import CREATE_AND_DELIVER_PATH, NO_PERMISSION, TOKEN_PATH, FakeDingTalk
-from tests.support import wait_until
+from tests.support import rows_locked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,28 +75,11 @@ def test_a_slow_decision_is_acknowledged_in_time_and_completes_afterwards(live_g
     agent = deploy(live_gateway, fake_dingtalk)
     agent.pre_tool_use(TOOL, {"amount": 9})
     card, buttons = posted_card(fake_dingtalk)
-    release, locked = threading.Event(), threading.Event()
-
-    def hold_the_request() -> None:
-        # Another transaction holds the request's row: the click's decision has to wait for it.
-        try:
-            with transaction.atomic():
-                ConfirmationRequest.objects.select_for_update().get()
-                locked.set()
-                release.wait(timeout=WAIT)
-        finally:
-            connection.close()
 
     with running_connections():
         wait_until(lambda: fake_dingtalk.connections, what="the Stream connection")
-        holder = threading.Thread(target=hold_the_request)
-        holder.start()
-        try:
-            assert locked.wait(timeout=WAIT)
+        with rows_locked(ConfirmationRequest.objects.all()):  # the click's decision has to wait for the lock
             ack = fake_dingtalk.deliver_card_callback(out_track_id=card.out_track_id, button_id=buttons["approve"], user_id=MANAGER)
-        finally:
-            release.set()
-            holder.join()
         wait_until(lambda: ConfirmationRequest.objects.get().status == "approved", what="the click to complete")
 
     assert ack is not None and ack.code == 200 and ack.seconds < 3

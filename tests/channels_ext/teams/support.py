@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from tests.channels_ext.contract import gated_agent_yaml
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.teams_api import FakeTeams
 
@@ -35,19 +37,8 @@ channels:
 """
 
 
-def agents_yaml(timeout_seconds: int, gate_keys: str = "", approvers: tuple[str, ...] = (ALICE[0], BOB[0])) -> str:
-    listed = ", ".join(f'"{who}"' for who in approvers)
-    return f"""
-agents:
-  - name: purchasing-bot
-    hooks:
-      - kind: approval_gate
-        name: finance-gate
-        tools: ["{TOOL}"]
-        channel: {CHANNEL}
-        approvers: [{listed}]
-        timeout_seconds: {timeout_seconds}
-{gate_keys}"""
+def agents_yaml(timeout_seconds: int, gate_keys: str = "") -> str:
+    return gated_agent_yaml(CHANNEL, (ALICE[0], BOB[0]), timeout_seconds, gate_keys)
 
 
 def deploy(live_gateway, fake: FakeTeams, *, timeout_seconds: int = 1800, gate_keys: str = "") -> AgentClient:
@@ -88,13 +79,13 @@ def post_activity(live_gateway, activity: dict[str, Any], token: str | None) -> 
     return httpx.post(f"{live_gateway.url}/channels/{CHANNEL}/callback", json=activity, headers=headers, timeout=15)
 
 
-def executes(card: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every Action.Execute anywhere in a card (its actions, ShowCards' cards, ActionSets)."""
+def find_all(card: dict[str, Any], wanted: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Every element anywhere in a card (its body, its actions, ShowCards' cards, ActionSets) that is `wanted`."""
     found: list[dict[str, Any]] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            if node.get("type") == "Action.Execute":
+            if wanted(node):
                 found.append(node)
             for value in node.values():
                 walk(value)
@@ -104,6 +95,16 @@ def executes(card: dict[str, Any]) -> list[dict[str, Any]]:
 
     walk(card)
     return found
+
+
+def executes(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every Action.Execute button of a card."""
+    return find_all(card, lambda node: node.get("type") == "Action.Execute")
+
+
+def inputs(card: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every input of a card, by id."""
+    return {node["id"]: node for node in find_all(card, lambda node: str(node.get("type", "")).startswith("Input."))}
 
 
 def text_of(element: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from tests.channels_ext.teams.support import (
     channel_yaml,
     element,
     executes,
+    inputs,
     invoke_activity,
     post_activity,
     text_of,
@@ -45,23 +46,6 @@ class TeamsCard:
     inputs: dict[str, dict[str, Any]]
 
 
-def inputs_of(card: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    found: dict[str, dict[str, Any]] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if str(node.get("type", "")).startswith("Input."):
-                found[node["id"]] = node
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(card)
-    return found
-
-
 class TeamsDriver:
     approvers = (Person(ALICE[0], ALICE[1], f"teams:{ALICE[0]}"), Person(BOB[0], BOB[1], f"teams:{BOB[0]}"))
     outsider = Person(MALLORY[0], MALLORY[1], f"teams:{MALLORY[0]}")
@@ -80,7 +64,7 @@ class TeamsDriver:
         [activity] = self.fake.posted()
         buttons = {button["verb"]: button for button in executes(activity.card)}
         assert unsign_confirmation_id(buttons["approve"]["data"]["confirmation_id"]) == confirmation_id
-        return TeamsCard(activity, buttons, inputs_of(activity.card))
+        return TeamsCard(activity, buttons, inputs(activity.card))
 
     def _press(self, card: TeamsCard, person: Person, verb: str, data: dict[str, Any], activity_id: str | None = None):
         activity = invoke_activity(

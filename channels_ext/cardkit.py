@@ -1,0 +1,78 @@
+"""Small pure helpers the channels' cards and click parsers share: text cut to a vendor's limit, times and
+argument values as text, the value at an argument path, and the edits an approver typed as JSON.
+
+No I/O and no vendor SDK: each channel's own module decides how its medium shows these (escaping is
+the medium's business, and stays in its cards module).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from channels_ext.base import CallbackError
+
+
+def cut(text: str, limit: int) -> str:
+    """Shorten `text` to at most `limit` characters, ending with "…" when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def utc_text(moment: dt.datetime) -> str:
+    """A timestamp as UTC text, for cards that cannot show each reader's own time zone."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def value_text(value: Any) -> str:
+    """An argument's value as one line of text: a string as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def path_value(args: Any, path: str) -> Any:
+    """The value at a dotted argument path (None if absent)."""
+    value = args
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
+
+
+class UnreadableEdit(CallbackError):
+    """A value typed in an edit form is not JSON (the approver is told; nothing is decided)."""
+
+    def __init__(self, message: str):
+        super().__init__(400, message)
+
+
+def typed_edits(paths: Any, typed: Mapping[str, Any], *, prefix: str, max_fields: int) -> dict[str, Any]:
+    """The arguments an approver changed in an edit form: input `<prefix><n>` holds the JSON of `paths[n]`.
+
+    An input left empty leaves its value as it was. Raises CallbackError(400) for a form this gateway
+    did not draw, and UnreadableEdit for a value that is not JSON.
+    """
+    if not isinstance(paths, list) or len(paths) > max_fields or not all(isinstance(p, str) for p in paths):
+        raise CallbackError(400, "the edit button's value does not list the argument paths")
+    edits: dict[str, Any] = {}
+    for number, path in enumerate(paths):
+        value = typed.get(f"{prefix}{number}")
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise CallbackError(400, f"the value typed for {path} is not text")
+        try:
+            edits[path] = json.loads(value)
+        except ValueError:
+            raise UnreadableEdit(f"The value for {path} is not JSON; text needs quotes: \"like this\".") from None
+    return edits
