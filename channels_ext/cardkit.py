@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from channels_ext.base import CallbackError
+from channels_ext.base import CallbackError, CardView
+
+STATUS_TITLES = {
+    "pending": "Approval needed",
+    "approved": "Approved",
+    "rejected": "Rejected",
+    "expired": "Expired",
+    "cancelled": "Cancelled",
+}
+OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def cut(text: str, limit: int) -> str:
@@ -47,6 +60,41 @@ def path_value(args: Any, path: str) -> Any:
         else:
             return None
     return value
+
+
+def deciders(card: CardView) -> tuple[tuple[str, str], ...]:
+    """Who decided a request, as (channel-qualified id, display name): every approval of a quorum, or the one
+    who rejected or cancelled; nobody for an expiry."""
+    if card.status == "approved" and card.approved_by:
+        return tuple((who, card.decided_by_name if who == card.decided_by else "") for who in card.approved_by)
+    if card.decided_by and card.status in ("approved", "rejected", "cancelled"):
+        return ((card.decided_by, card.decided_by_name),)
+    return ()
+
+
+def outcome_sentence(
+    card: CardView,
+    *,
+    person: Callable[[str, str], str],
+    text: Callable[[str], str] = _as_is,
+    strong: Callable[[str], str] = _as_is,
+) -> str:
+    """How a decided request ended: "✅ Approved (edited) by <person>, <person> at 2026-… UTC — <reason>".
+
+    Each medium says how a person is shown (a mention, a label), makes text safe (`text`) and stresses
+    the outcome (`strong`).
+    """
+    sentence = f"{OUTCOME_ICONS.get(card.status, 'ℹ️')} {strong(text(card.status.capitalize()))}"
+    if card.edited:
+        sentence += " (edited)"
+    who = deciders(card)
+    if who:
+        sentence += " by " + ", ".join(person(actor, name) for actor, name in who)
+    if card.decided_at is not None:
+        sentence += f" at {utc_text(card.decided_at)}"
+    if card.decision_reason:
+        sentence += f" — {text(card.decision_reason)}"
+    return sentence
 
 
 class UnreadableEdit(CallbackError):

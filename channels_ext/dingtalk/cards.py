@@ -24,7 +24,8 @@ import re
 from typing import Any
 
 from channels_ext.base import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
-from channels_ext.cardkit import cut, utc_text, value_text
+from channels_ext.cardkit import STATUS_TITLES as _TITLES
+from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text
 
 APPROVE_ACTION = "approve"
 REJECT_ACTION = "reject"
@@ -40,14 +41,6 @@ SHORT_LIMIT = 200
 REASON_LIMIT = 1000
 CONTENT_LIMIT = 6000
 
-_TITLES = {
-    "pending": "Approval needed",
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "expired": "Expired",
-    "cancelled": "Cancelled",
-}
-_OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_~\[\]#|>])")
 
 
@@ -69,21 +62,12 @@ def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
 
 def outcome_line(card: CardView) -> str:
     """How a decided request ended: "✅ **Approved** by dingtalk:manager01 at … — reason"."""
-    line = f"{_OUTCOME_ICONS.get(card.status, 'ℹ️')} **{card.status.capitalize()}**"
-    if card.edited:
-        line += " (edited)"
-    if card.status == "approved" and len(card.approved_by) > 1:
-        line += " by " + ", ".join(
-            _safe(actor_label(who, card.decided_by_name if who == card.decided_by else ""), SHORT_LIMIT)
-            for who in card.approved_by
-        )
-    elif card.decided_by and card.status in ("approved", "rejected", "cancelled"):
-        line += f" by {_safe(card.decider, SHORT_LIMIT)}"
-    if card.decided_at is not None:
-        line += f" at {utc_text(card.decided_at)}"
-    if card.decision_reason:
-        line += f" — {_safe(card.decision_reason, REASON_LIMIT)}"
-    return line
+    return outcome_sentence(
+        card,
+        person=lambda who, name: _safe(actor_label(who, name), SHORT_LIMIT),
+        text=lambda text: _safe(text, REASON_LIMIT),
+        strong=lambda text: f"**{text}**",
+    )
 
 
 def card_markdown(card: CardView) -> str:

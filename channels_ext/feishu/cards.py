@@ -16,7 +16,9 @@ import re
 from typing import Any
 
 from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
-from channels_ext.cardkit import cut, path_value
+from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
+from channels_ext.cardkit import STATUS_TITLES as _TITLES
+from channels_ext.cardkit import cut, outcome_sentence, path_value
 from channels_ext.cardkit import utc_text as format_time
 from channels_ext.cardkit import value_text as _format_value
 
@@ -40,16 +42,8 @@ SHORT_LIMIT = 200  # agent, tool, user, hook names
 REASON_LIMIT = 1000  # why gated, decision reason, note
 DETAILS_LIMIT = 4000  # the agent/tool/arguments/user/why part of the markdown
 
-_TITLES = {
-    "pending": "Approval needed",
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "expired": "Expired",
-    "cancelled": "Cancelled",
-}
 # Header colours: https://open.feishu.cn/document/feishu-cards/card-json-v2-components/content-components/title
 _TEMPLATES = {"pending": "orange", "approved": "green", "rejected": "red", "expired": "grey", "cancelled": "grey"}
-_OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 
 _OPEN_ID = re.compile(r"^ou_[0-9A-Za-z]+$")
 # Markdown punctuation that could open emphasis, a link or inline code in a value.
@@ -115,22 +109,9 @@ def _details(card: CardView) -> str:
 
 def outcome_line(card: CardView) -> str:
     """How a decided request ended, e.g. "✅ **Approved** by <at id=ou_…></at> at …"."""
-    icon = _OUTCOME_ICONS.get(card.status, "ℹ️")
-    line = f"{icon} **{_safe(card.status.capitalize(), SHORT_LIMIT)}**"
-    if card.edited:
-        line += " (edited)"
-    deciders: tuple[tuple[str, str], ...] = ()
-    if card.status == "approved" and card.approved_by:
-        deciders = tuple((who, card.decided_by_name if who == card.decided_by else "") for who in card.approved_by)
-    if not deciders and card.decided_by and card.status in ("approved", "rejected", "cancelled"):
-        deciders = ((card.decided_by, card.decided_by_name),)
-    if deciders:
-        line += " by " + ", ".join(mention(who, name) for who, name in deciders)
-    if card.decided_at is not None:
-        line += f" at {format_time(card.decided_at)}"
-    if card.decision_reason:
-        line += f" — {_safe(card.decision_reason, REASON_LIMIT)}"
-    return line
+    return outcome_sentence(
+        card, person=mention, text=lambda text: _safe(text, REASON_LIMIT), strong=lambda text: f"**{text}**"
+    )
 
 
 def time_left(moment: dt.datetime, now: dt.datetime | None = None) -> str:

@@ -18,7 +18,9 @@ import json
 from typing import Any
 
 from channels_ext.base import CardItem, CardView, actor_label, sign_confirmation_id, sign_shown_ids
-from channels_ext.cardkit import cut, path_value, utc_text, value_text
+from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
+from channels_ext.cardkit import STATUS_TITLES as _TITLES
+from channels_ext.cardkit import cut, outcome_sentence, path_value, utc_text, value_text
 
 ADAPTIVE_CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 CARD_VERSION = "1.4"  # Universal Actions need 1.4; Teams renders up to 1.5
@@ -42,16 +44,8 @@ ARG_VALUE_LIMIT = 300  # one argument's rendered value
 SHORT_LIMIT = 200  # agent, tool, user, session and hook names
 REASON_LIMIT = 1000
 
-_TITLES = {
-    "pending": "Approval needed",
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "expired": "Expired",
-    "cancelled": "Cancelled",
-}
 # TextBlock colours: https://adaptivecards.io/explorer/TextBlock.html
 _COLOURS = {"pending": "Warning", "approved": "Good", "rejected": "Attention", "expired": "Default", "cancelled": "Default"}
-_OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 
 
 def _run(text: str, *, bold: bool = False, limit: int = REASON_LIMIT) -> dict[str, Any]:
@@ -85,20 +79,7 @@ def _argument_lines(tool_args: dict[str, Any]) -> list[dict[str, Any]]:
 
 def outcome_text(card: CardView) -> str:
     """How a decided request ended: "✅ Approved by alice (teams:…) at 2026-… UTC — reason"."""
-    text = f"{_OUTCOME_ICONS.get(card.status, 'ℹ️')} {card.status.capitalize()}"
-    if card.edited:
-        text += " (edited)"
-    if card.status == "approved" and card.approved_by and len(card.approved_by) > 1:
-        text += " by " + ", ".join(
-            actor_label(who, card.decided_by_name if who == card.decided_by else "") for who in card.approved_by
-        )
-    elif card.decided_by and card.status in ("approved", "rejected", "cancelled"):
-        text += f" by {card.decider}"
-    if card.decided_at is not None:
-        text += f" at {utc_text(card.decided_at)}"
-    if card.decision_reason:
-        text += f" — {card.decision_reason}"
-    return text
+    return outcome_sentence(card, person=actor_label)
 
 
 def _status_elements(card: CardView) -> list[dict[str, Any]]:

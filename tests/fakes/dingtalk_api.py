@@ -20,14 +20,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from websockets.asyncio.server import Server, ServerConnection, serve
 
-from tests.fakes.http_support import Failure, FailureQueue, send_json
+from tests.fakes.http_support import Failure, FailureQueue, JsonApiHandler, send_json
 
 TOKEN_PATH = "/v1.0/oauth2/accessToken"
 CREATE_AND_DELIVER_PATH = "/v1.0/card/instances/createAndDeliver"
@@ -293,29 +293,16 @@ class FakeDingTalk:
         return self._failures.take(request.method, request.path)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonApiHandler):
     fake: FakeDingTalk
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-    def do_POST(self) -> None:
-        self._handle()
-
-    def do_PUT(self) -> None:
-        self._handle()
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        request = RecordedRequest(
-            self.command, urlsplit(self.path).path, {k.lower(): v for k, v in self.headers.items()}, body
-        )
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        request = RecordedRequest(method, path, headers, body)
         failure = self.fake._record(request)
         if failure is not None:
-            self._reply(failure.status, failure.body, failure.headers)
+            send_json(self, failure.status, failure.body, failure.headers)
             return
-        self._reply(*self._route(request))
+        send_json(self, *self._route(request))
 
     def _route(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
         fake = self.fake
@@ -366,9 +353,6 @@ class _Handler(BaseHTTPRequestHandler):
             "success": True,
             "result": {"outTrackId": out_track_id, "deliverResults": [{"spaceType": "IM_GROUP", "spaceId": space_id, "success": True}]},
         }
-
-    def _reply(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        send_json(self, status, body, headers)
 
 
 CLIENT_ID = "dingoxqzvmxj1zbq8r0k"

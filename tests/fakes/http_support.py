@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclasses.dataclass
@@ -53,3 +54,32 @@ def send_json(
         handler.send_header(name, value)
     handler.end_headers()
     handler.wfile.write(payload)
+
+
+class JsonApiHandler(BaseHTTPRequestHandler):
+    """A fake API's request handler: quiet, every method read the same way and handed to `answer`."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
+        pass
+
+    def do_GET(self) -> None:
+        self._read_and_answer()
+
+    def do_POST(self) -> None:
+        self._read_and_answer()
+
+    def do_PUT(self) -> None:
+        self._read_and_answer()
+
+    def do_PATCH(self) -> None:
+        self._read_and_answer()
+
+    def _read_and_answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        self.answer(self.command, urlsplit(self.path).path, headers, body)
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        """Answer one request (`send_json`); `headers` have lower-cased names."""
+        raise NotImplementedError

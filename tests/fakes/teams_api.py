@@ -24,10 +24,10 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 import jwt
 import pytest
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.fakes.http_support import Failure, FailureQueue, send_json
+from tests.fakes.http_support import Failure, FailureQueue, JsonApiHandler, send_json
 
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
 OPENID_PATH = "/botframework/v1/.well-known/openidconfiguration"
@@ -247,38 +247,17 @@ class FakeTeams:
             return bool(authorization) and authorization.removeprefix("Bearer ") in self._tokens
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonApiHandler):
     fake: FakeTeams
     server_name: str
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-    def do_GET(self) -> None:
-        self._handle()
-
-    def do_POST(self) -> None:
-        self._handle()
-
-    def do_PUT(self) -> None:
-        self._handle()
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        request = RecordedRequest(
-            self.server_name,
-            self.command,
-            urlsplit(self.path).path,
-            {name.lower(): value for name, value in self.headers.items()},
-            body,
-        )
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        request = RecordedRequest(self.server_name, method, path, headers, body)
         failure = self.fake._record(request) if self.server_name == "connector" else None
         if failure is not None:
-            self._reply(failure.status, failure.body, failure.headers)
+            send_json(self, failure.status, failure.body, failure.headers)
             return
-        status, answer = self._login_route(request) if self.server_name == "login" else self._connector_route(request)
-        self._reply(status, answer)
+        send_json(self, *(self._login_route(request) if self.server_name == "login" else self._connector_route(request)))
 
     # Entra: https://learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow
     def _login_route(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
@@ -338,9 +317,6 @@ class _Handler(BaseHTTPRequestHandler):
                 held.updates += 1
             return 200, {"id": activity_id}
         return 404, {"error": {"code": "NotFound", "message": "no such operation"}}
-
-    def _reply(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        send_json(self, status, body, headers)
 
 
 APP_ID = "6f1c8a52-7d3e-4b9a-9d2f-1e0c5b7a4d21"
