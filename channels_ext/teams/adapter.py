@@ -12,10 +12,13 @@ keys, the bot's app id as audience, lifetime with the SDK's five minutes of
 clock skew — except that the keys and the issuer come from the configured
 OpenID metadata document (`openid_metadata_url`) rather than from the public
 cloud's fixed addresses, and the issuer is always checked. The token's
-`serviceurl` claim must name the activity's `serviceUrl`. Nothing is parsed
-beyond the envelope before that. A click is an `invoke` named
-`adaptiveCard/action`; its answer is the refreshed card (shown to the clicker at
-once); the worker's redraw shows it to everyone.
+`serviceurl` claim must name the activity's `serviceUrl`. Nothing of the
+body is read before that. The activity is then read with the Teams extension's
+types (`TeamsActivity`, Teams channel data, `AdaptiveCardInvokeValue`): it must
+come from the bot's own Entra tenant, and a click is an `invoke` named
+`adaptiveCard/action` whose `Action.Execute` carries one of our verbs. Its
+answer is the refreshed card (shown to the clicker at once); the worker's
+redraw shows it to everyone.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import jwt
 import requests
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from microsoft_agents.activity import Activity, Attachment
+from microsoft_agents.hosting.msteams import TeamsActivity
+from microsoft_teams.api.models import AdaptiveCardInvokeValue, ChannelData
 from microsoft_agents.authentication.msal import MsalAuth
 from microsoft_agents.hosting.core import AgentAuthConfiguration, ClaimsIdentity, JwtTokenValidator
 from microsoft_agents.hosting.core.connector.teams import TeamsConnectorClient
@@ -264,9 +269,12 @@ class TeamsAdapter(ChannelAdapter):
         """
         claims = self._validated_claims(_bearer_token(request.headers.get("Authorization")))
         try:
-            activity = Activity.model_validate_json(request.body)
+            activity = TeamsActivity.model_validate_json(request.body)
         except (ValidationError, ValueError):
             raise CallbackError(400, "the body is not a Bot Framework activity") from None
+        tenant = activity_tenant(activity)
+        if tenant is not None and tenant.casefold() != self.config.tenant_id.casefold():
+            raise CallbackError(403, "the activity comes from another Entra tenant than the bot's")
         claimed_service_url = claims.get_claim_value("serviceurl")
         if claimed_service_url is not None and (
             str(claimed_service_url).rstrip("/").casefold() != str(activity.service_url or "").rstrip("/").casefold()
@@ -302,17 +310,30 @@ def _bearer_token(header: str | None) -> str:
     return token.strip()
 
 
+def activity_tenant(activity: Activity) -> str | None:
+    """The Entra tenant an activity comes from: Teams' channel data names it (and the conversation)."""
+    try:
+        channel_data = ChannelData.model_validate(activity.channel_data) if isinstance(activity.channel_data, dict) else None
+    except ValidationError:
+        raise CallbackError(400, "the activity's channelData is not Teams channel data") from None
+    if channel_data is not None and channel_data.tenant is not None and channel_data.tenant.id:
+        return channel_data.tenant.id
+    return activity.conversation.tenant_id if activity.conversation is not None else None
+
+
 def parse_card_action(activity: Activity) -> Callback:
     """An authenticated `adaptiveCard/action` invoke as a Callback; CallbackError(400) if it is not ours."""
-    value = activity.value if isinstance(activity.value, dict) else {}
-    action = value.get("action")
-    if not isinstance(action, dict) or action.get("type") != "Action.Execute":
+    try:
+        invoke = AdaptiveCardInvokeValue.model_validate(activity.value)
+    except ValidationError:
+        raise CallbackError(400, "the invoke's value is not an Adaptive Card action") from None
+    if invoke.action.type != "Action.Execute":
         raise CallbackError(400, "the invoke carries no Action.Execute")
-    verb = action.get("verb")
+    verb = invoke.action.verb
     grant = _grant_index(verb)
     if verb not in cards.VERBS and grant is None:
         raise CallbackError(400, f"the card action {str(verb)[:50]!r} is not one of this gateway's buttons")
-    data = action.get("data") if isinstance(action.get("data"), dict) else {}
+    data = invoke.action.data
     signed = data.get("confirmation_id")
     if not isinstance(signed, str):
         raise CallbackError(400, "the card action carries no confirmation_id")

@@ -79,6 +79,19 @@ def test_a_signed_click_on_a_button_value_the_gateway_did_not_sign_is_refused(li
     assert request_state(confirmation_id) == before
 
 
+def test_a_click_from_another_entra_tenant_is_refused_and_changes_nothing(live_gateway, fake_teams, celery_worker):
+    _, confirmation_id, buttons = pending_card(live_gateway, fake_teams)
+    before = request_state(confirmation_id)
+    foreign = invoke_activity(fake_teams, "approve", buttons["approve"]["data"])
+    foreign["channelData"] = {"tenant": {"id": "3c9a1f6e-0000-4000-8000-000000000bad"}}
+
+    response = post_activity(live_gateway, foreign, fake_teams.activity_token())
+
+    assert response.status_code == 403
+    assert "another Entra tenant" in response.json()["error"]["message"]
+    assert request_state(confirmation_id) == before
+
+
 def test_activities_other_than_card_actions_are_acknowledged_and_ignored(live_gateway, fake_teams, celery_worker):
     _, confirmation_id, _ = pending_card(live_gateway, fake_teams)
     before = request_state(confirmation_id)
