@@ -15,6 +15,7 @@ markdown: a tool argument cannot dress up a link or mention anyone.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from channels_ext.base import CardItem, CardView, actor_label, sign_confirmation_id, sign_shown_ids
@@ -45,11 +46,13 @@ SHORT_LIMIT = 200  # agent, tool, user, session and hook names
 REASON_LIMIT = 1000
 
 # TextBlock colours: https://adaptivecards.io/explorer/TextBlock.html
+_WHITESPACE = re.compile(r"\s+")
 _COLOURS = {"pending": "Warning", "approved": "Good", "rejected": "Attention", "expired": "Default", "cancelled": "Default"}
 
 
 def _run(text: str, *, bold: bool = False, limit: int = REASON_LIMIT) -> dict[str, Any]:
-    run: dict[str, Any] = {"type": "TextRun", "text": cut(" ".join(text.split()), limit)}
+    # Newlines and runs of spaces become one space (a value stays on its line); the edges are kept.
+    run: dict[str, Any] = {"type": "TextRun", "text": cut(_WHITESPACE.sub(" ", text), limit)}
     if bold:
         run["weight"] = "Bolder"
     return run

@@ -195,3 +195,25 @@ def test_the_client_secret_stays_out_of_the_admin_and_the_logs(live_gateway, fak
     assert fake_dingtalk.client_id in detail
     assert fake_dingtalk.client_secret not in detail
     assert fake_dingtalk.client_secret not in caplog.text
+
+
+def test_a_quorum_shows_its_progress_and_a_reminder_redraws_the_card_with_its_note(live_gateway, fake_dingtalk, celery_worker):
+    from approvals.tasks import run_timers
+    from tests.channels_ext.dingtalk.support import DIRECTOR
+
+    agent = deploy(live_gateway, fake_dingtalk, gate_keys="        approvals_required: 2\n        remind_after_seconds: 1\n")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 9}).json()["confirmation_id"]
+    card, buttons = posted_card(fake_dingtalk)
+
+    with running_connections():
+        wait_until(lambda: fake_dingtalk.connections, what="the Stream connection")
+        first = fake_dingtalk.deliver_card_callback(out_track_id=card.out_track_id, button_id=buttons["approve"], user_id=MANAGER)
+        assert first is not None and "Approvals:** 1 of 2" in first.response["cardData"]["cardParamMap"]["msgContent"]
+        wait_until(lambda: run_timers.apply().get() and "Reminder" in card.params["msgContent"], what="the reminder's redraw")
+        assert "Approvals:** 1 of 2" in card.params["msgContent"]
+        second = fake_dingtalk.deliver_card_callback(out_track_id=card.out_track_id, button_id=buttons["approve"], user_id=DIRECTOR)
+
+    assert second is not None and second.code == 200
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+    wait_until(lambda: card.params["msgTitle"].startswith("Approved:"), what="the decided card")
+    assert f"by dingtalk:{MANAGER}, dingtalk:{DIRECTOR} at" in card.params["msgContent"]

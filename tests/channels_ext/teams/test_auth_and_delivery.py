@@ -187,3 +187,26 @@ def test_the_app_password_stays_out_of_the_admin_and_the_logs(live_gateway, fake
     assert fake_teams.app_id in detail  # …and its keys, but never the secret
     assert fake_teams.app_password not in listing + detail
     assert fake_teams.app_password not in caplog.text
+
+
+def test_a_quorum_shows_its_progress_and_a_reminder_redraws_the_card_for_everyone(live_gateway, fake_teams, celery_worker):
+    from approvals.tasks import run_timers
+    from tests.channels_ext.teams.support import BOB, card_text
+
+    _, confirmation_id, buttons = pending_card(
+        live_gateway, fake_teams, gate_keys="        approvals_required: 2\n        remind_after_seconds: 1\n"
+    )
+    [activity] = fake_teams.posted()
+
+    first = post_activity(live_gateway, invoke_activity(fake_teams, "approve", buttons["approve"]["data"]), fake_teams.activity_token())
+    assert "Approvals: 1 of 2" in card_text(first.json()["value"])
+    wait_until(lambda: run_timers.apply().get() and "🔔 Reminder" in card_text(activity.card), what="the reminder's redraw")
+    second = post_activity(
+        live_gateway, invoke_activity(fake_teams, "approve", buttons["approve"]["data"], who=BOB), fake_teams.activity_token()
+    )
+
+    assert second.status_code == 200
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+    wait_until(lambda: "✅ Approved by" in card_text(activity.card), what="the decided card")
+    # Each approval by its id; the last one, which decided, with its name too.
+    assert f"by teams:{ALICE[0]}, Bob Example (teams:{BOB[0]}) at" in card_text(activity.card)
