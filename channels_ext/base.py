@@ -53,6 +53,11 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
+    "teams": ChannelKind("channels_ext.teams.config.TeamsChannelConfig", "channels_ext.teams.adapter.TeamsAdapter"),
+    # DingTalk's general card template has one row of buttons and no inputs: one card per call.
+    "dingtalk": ChannelKind(
+        "channels_ext.dingtalk.config.DingTalkChannelConfig", "channels_ext.dingtalk.adapter.DingTalkAdapter", turn_cards=False
+    ),
 }
 
 Decision = Literal["approve", "reject"]

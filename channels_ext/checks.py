@@ -18,10 +18,11 @@ from django.db import connections, router
 from pydantic import BaseModel, ValidationError
 
 from approvals.models import Channel
-from channels_ext.base import CHANNEL_KINDS, get_config_model
+from channels_ext.base import CHANNEL_KINDS, get_adapter_class, get_config_model
 
 E001 = "channels_ext.E001"  # a key of a channel's config is missing, empty or invalid
 E002 = "channels_ext.E002"  # a channel's kind has no adapter
+E003 = "channels_ext.E003"  # a channel's adapter cannot be imported (its vendor SDK is not installed)
 
 # Channels are read-only in the admin: the config file is where they change.
 _FIX = "in the config file and run `python manage.py apply_config FILE`"
@@ -71,11 +72,23 @@ def _channel_problems(name: str, kind: str, config: Any, *, obj: Any) -> list[Ch
         validated = model.model_validate(data)
     except ValidationError as err:
         return [_key_problem(name, kind, model, problem, obj=obj) for problem in err.errors()]
-    return [
+    problems = [
         _empty(name, kind, key, obj=obj)
         for key, field in model.model_fields.items()
         if field.is_required() and isinstance(getattr(validated, key), str) and not getattr(validated, key).strip()
     ]
+    try:
+        get_adapter_class(kind)
+    except ImportError as exc:
+        problems.append(
+            Error(
+                f"Channel {name!r} is of kind {kind!r}, whose adapter cannot be imported ({exc.name or exc}).",
+                hint="Install the channel SDKs: `pip install -r requirements-channels.txt` (docs/reference/config.md).",
+                obj=obj,
+                id=E003,
+            )
+        )
+    return problems
 
 
 def _key_problem(name: str, kind: str, model: type[BaseModel], problem: Any, *, obj: Any) -> CheckMessage:

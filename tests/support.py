@@ -4,6 +4,7 @@ requests it served and what it answered)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
@@ -11,7 +12,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -52,6 +53,33 @@ class InThread:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+@contextlib.contextmanager
+def rows_locked(queryset: Any, timeout: float = 20.0) -> Iterator[None]:
+    """Another connection holds the rows' locks (SELECT … FOR UPDATE, in its own transaction) while the block runs:
+    whatever needs those rows — a click deciding a request — waits for the block to end."""
+    from django.db import connection, transaction
+
+    release, locked = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(queryset.select_for_update())
+                locked.set()
+                release.wait(timeout=timeout)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold, name="rows-locked", daemon=True)
+    holder.start()
+    try:
+        assert locked.wait(timeout=timeout), "could not lock the rows"
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 def parked(confirmation_id: Any) -> bool:

@@ -10,9 +10,10 @@ Like `ChannelAdapter.handle_callback`, a link hands every click to the
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 # States a link reports, in the order a healthy connection goes through them.
 CONNECTING = "connecting"
@@ -45,3 +46,18 @@ class ChannelLink(Protocol):
         any other exception is a failed attempt, retried with backoff.
         """
         ...
+
+
+def run_on_own_loop(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run a link's asyncio work on an event loop of this thread's own, then close the loop and the
+    threads of its default executor (where a link decides clicks): each `serve` call starts clean."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(coroutine)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

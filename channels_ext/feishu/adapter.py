@@ -61,8 +61,8 @@ from channels_ext.base import (
     DecisionOutcome,
     MessageRef,
     unsign_confirmation_id,
-    unsign_shown_ids,
 )
+from channels_ext.cardkit import shown_ids, typed_edits
 from channels_ext.connections.link import ChannelLink
 from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME, render_card
 from channels_ext.feishu.config import FeishuChannelConfig
@@ -403,7 +403,7 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     if grant is not None and (isinstance(grant, bool) or not isinstance(grant, int) or not 0 <= grant < 100):
         raise CallbackError(400, "the button value's grant is not a scope number")
     whole_turn = value.get("turn") is True
-    shown_ids = _shown_ids(value.get("shown"), confirmation_id) if whole_turn else None
+    shown = shown_ids(value.get("shown"), confirmation_id) if whole_turn else None
     return Callback(
         confirmation_id=confirmation_id,
         decision=decision,
@@ -411,43 +411,14 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
         reason=reason,
         dedupe_key=str(header.get("event_id") or ""),
         grant=grant if decision == "approve" else None,
-        typed_edits=_typed_edits(value.get("edit"), form_value) if decision == "approve" else None,
+        typed_edits=(
+            typed_edits(value.get("edit"), form_value, prefix=EDIT_INPUT_PREFIX, max_fields=MAX_EDIT_FIELDS)
+            if decision == "approve"
+            else None
+        ),
         whole_turn=whole_turn,
-        shown_ids=shown_ids,
+        shown_ids=shown,
     )
-
-
-def _shown_ids(shown: Any, confirmation_id: str) -> tuple[str, ...] | None:
-    """The calls a turn's Approve all / Reject all decides (its value's signed `shown`). A card drawn
-    before the buttons carried them has none: None, so the click decides nothing and the card is
-    redrawn (`Callback.shown_ids`)."""
-    if shown is None:
-        return None
-    if not isinstance(shown, str):
-        raise CallbackError(400, "the button value's shown is not a signed list of calls")
-    lead, shown_ids = unsign_shown_ids(shown)
-    if lead != confirmation_id:
-        raise CallbackError(400, "the button value's list of calls belongs to another card")
-    return shown_ids
-
-
-def _typed_edits(paths: Any, form_value: dict[str, Any]) -> dict[str, str] | None:
-    """The edited arguments of an "Approve with these values" click, as typed: input `arg_<n>` holds
-    the text for `paths[n]` (read by the gateway as the type of the value it replaces; a text it
-    cannot read is refused with a toast, nothing decided)."""
-    if paths is None:
-        return None
-    if not isinstance(paths, list) or len(paths) > MAX_EDIT_FIELDS or not all(isinstance(p, str) for p in paths):
-        raise CallbackError(400, "the edit button's value does not list the argument paths")
-    typed_edits: dict[str, str] = {}
-    for number, path in enumerate(paths):
-        typed = form_value.get(f"{EDIT_INPUT_PREFIX}{number}")
-        if typed is None or typed == "":
-            continue  # left empty: unchanged
-        if not isinstance(typed, str):
-            raise CallbackError(400, f"the value typed for {path} is not text")
-        typed_edits[path] = typed
-    return typed_edits
 
 
 def click_answer(outcome: DecisionOutcome) -> dict[str, Any]:

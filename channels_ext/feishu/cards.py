@@ -16,6 +16,11 @@ import re
 from typing import Any
 
 from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
+from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
+from channels_ext.cardkit import STATUS_TITLES as _TITLES
+from channels_ext.cardkit import cut, outcome_sentence, path_value
+from channels_ext.cardkit import utc_text as format_time
+from channels_ext.cardkit import value_text as _format_value
 
 APPROVE_BUTTON_NAME = "approve"
 REJECT_BUTTON_NAME = "reject"
@@ -37,16 +42,8 @@ SHORT_LIMIT = 200  # agent, tool, user, hook names
 REASON_LIMIT = 1000  # why gated, decision reason, note
 DETAILS_LIMIT = 4000  # the agent/tool/arguments/user/why part of the markdown
 
-_TITLES = {
-    "pending": "Approval needed",
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "expired": "Expired",
-    "cancelled": "Cancelled",
-}
 # Header colours: https://open.feishu.cn/document/feishu-cards/card-json-v2-components/content-components/title
 _TEMPLATES = {"pending": "orange", "approved": "green", "rejected": "red", "expired": "grey", "cancelled": "grey"}
-_OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 
 _OPEN_ID = re.compile(r"^ou_[0-9A-Za-z]+$")
 # Markdown punctuation that could open emphasis, a link or inline code in a value.
@@ -64,14 +61,6 @@ def escape(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
-def cut(text: str, limit: int) -> str:
-    """Shorten `text` to at most `limit` characters, ending with "…" when cut."""
-    if len(text) <= limit:
-        return text
-    head = text[: max(limit - 1, 0)]
-    return head + "…"
-
-
 def _safe(text: str, limit: int) -> str:
     """Cut, then escape: the limit counts what the reader sees, not the escapes."""
     return escape(cut(" ".join(text.split()), limit))
@@ -84,19 +73,6 @@ def mention(user_id: str, name: str = "") -> str:
     if kind in ("feishu", "") and _OPEN_ID.match(native):
         return f"<at id={native}></at>"
     return _safe(actor_label(user_id, name), SHORT_LIMIT)
-
-
-def format_time(moment: dt.datetime) -> str:
-    """A timestamp as UTC text (card markdown has no per-reader time zone tag)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
@@ -133,22 +109,9 @@ def _details(card: CardView) -> str:
 
 def outcome_line(card: CardView) -> str:
     """How a decided request ended, e.g. "✅ **Approved** by <at id=ou_…></at> at …"."""
-    icon = _OUTCOME_ICONS.get(card.status, "ℹ️")
-    line = f"{icon} **{_safe(card.status.capitalize(), SHORT_LIMIT)}**"
-    if card.edited:
-        line += " (edited)"
-    deciders: tuple[tuple[str, str], ...] = ()
-    if card.status == "approved" and card.approved_by:
-        deciders = tuple((who, card.decided_by_name if who == card.decided_by else "") for who in card.approved_by)
-    if not deciders and card.decided_by and card.status in ("approved", "rejected", "cancelled"):
-        deciders = ((card.decided_by, card.decided_by_name),)
-    if deciders:
-        line += " by " + ", ".join(mention(who, name) for who, name in deciders)
-    if card.decided_at is not None:
-        line += f" at {format_time(card.decided_at)}"
-    if card.decision_reason:
-        line += f" — {_safe(card.decision_reason, REASON_LIMIT)}"
-    return line
+    return outcome_sentence(
+        card, person=mention, text=lambda text: _safe(text, REASON_LIMIT), strong=lambda text: f"**{text}**"
+    )
 
 
 def time_left(moment: dt.datetime, now: dt.datetime | None = None) -> str:
@@ -207,18 +170,6 @@ def _callback(decision: str, confirmation_id: str, **more: Any) -> list[dict[str
     return [{"type": "callback", "value": value}]
 
 
-def _path_value(args: Any, path: str) -> Any:
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
-
-
 def scope_buttons(card: CardView) -> list[dict[str, Any]]:
     """"Approve for this session …" / "Approve for 30 min …": the scopes the gate offers, stated on the buttons."""
     return [
@@ -242,7 +193,7 @@ def edit_form(card: CardView) -> dict[str, Any]:
     paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
     inputs = []
     for number, path in enumerate(paths):
-        current = json.dumps(_path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
         field: dict[str, Any] = {
             "tag": "input",
             "name": f"{EDIT_INPUT_PREFIX}{number}",

@@ -72,7 +72,7 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from websockets.exceptions import InvalidHandshake
 
 from channels_ext.base import Decide
-from channels_ext.connections.link import CONNECTED, ConnectionRefused, Report
+from channels_ext.connections.link import CONNECTED, ConnectionRefused, Report, run_on_own_loop
 
 if TYPE_CHECKING:
     from channels_ext.feishu.adapter import FeishuAdapter
@@ -228,16 +228,7 @@ class FeishuLongConnectionLink:
 
     def serve(self, stop: threading.Event, report: Report) -> None:
         """Open the long connection and answer its frames until it is lost or `stop` is set."""
-        loop = asyncio.new_event_loop()
-        try:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._serve(stop, report))
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+        run_on_own_loop(self._serve(stop, report))
 
     def answer(self, payload: bytes, frame_type: str, message_id: str) -> dict[str, Any] | None:
         """A data frame's payload, in a worker thread: the adapter's answer to put in the response frame."""

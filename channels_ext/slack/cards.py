@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
+from channels_ext.cardkit import path_value
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
@@ -384,19 +385,6 @@ def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
         "private_metadata": private_metadata,
         "blocks": blocks,
     }
-
-
-def path_value(args: Any, path: str) -> Any:
-    """The value at a dotted argument path (None if absent)."""
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
 
 
 def reject_modal(card: CardView | None, *, private_metadata: str) -> dict[str, Any]:

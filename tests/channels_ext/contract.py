@@ -46,6 +46,23 @@ def more_hooks(hooks: list[dict[str, Any]]) -> str:
     return "".join(f"      - {json.dumps(hook)}\n" for hook in hooks)
 
 
+def gated_agent_yaml(channel: str, approvers: tuple[str, ...], timeout_seconds: int, more_keys: str = "") -> str:
+    """The config's `agents:` part: purchasing-bot, whose gate `finance-gate` asks `approvers` on `channel`
+    about TOOL (`more_keys`: more of the gate's keys, as YAML lines)."""
+    listed = ", ".join(json.dumps(who) for who in approvers)
+    return f"""
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: {channel}
+        approvers: [{listed}]
+        timeout_seconds: {timeout_seconds}
+{more_keys}"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Person:
     """Someone in a channel: `id` as the channel knows them (what gates list as approvers),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 from django.core.checks import Error
@@ -113,7 +114,7 @@ def test_a_channel_of_a_kind_no_adapter_handles_is_reported_as_e002():
 
     assert error.id == "channels_ext.E002"
     assert error.msg == "Channel 'teams' has kind 'msteams', which no adapter handles."
-    assert error.hint == "Use one of: feishu, slack, web."
+    assert error.hint == "Use one of: dingtalk, feishu, slack, teams, web."
 
 
 def test_no_message_shows_a_secret_value():
@@ -171,3 +172,21 @@ def test_a_database_whose_channel_table_does_not_exist_yet_is_skipped():
         transaction.set_rollback(True)
 
     assert len(run_check()) == 3
+
+
+def test_a_channel_whose_vendor_sdk_is_not_installed_is_reported_as_e003(monkeypatch):
+    Channel.objects.create(
+        name="ops-dingtalk",
+        kind="dingtalk",
+        config={"client_id": "ding1", "client_secret": "s", "open_conversation_id": "cid1"},
+    )
+    # As on a deployment without requirements-channels.txt: `import dingtalk_stream` fails.
+    monkeypatch.setitem(sys.modules, "dingtalk_stream", None)
+    for module in ("channels_ext.dingtalk.adapter", "channels_ext.dingtalk.connection"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+
+    (error,) = run_check()
+
+    assert error.id == "channels_ext.E003"
+    assert error.msg == "Channel 'ops-dingtalk' is of kind 'dingtalk', whose adapter cannot be imported (dingtalk_stream)."
+    assert "requirements-channels.txt" in error.hint
