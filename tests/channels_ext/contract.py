@@ -358,6 +358,40 @@ class ChannelContract:
         driver.expect_decided(card, status="cancelled", by=None)
         assert ConfirmationRequest.objects.get(pk=confirmation_id).decided_by == "agent:purchasing-bot"
 
+    # --- approve for a scope ------------------------------------------------------------------
+
+    def test_approving_for_the_session_allows_the_same_call_at_once_and_nothing_outside_until_revoked(self, driver):
+        agent = driver.deploy(gate={"grants": [{"scope": "session", "args": "same"}]})
+        approver = driver.approvers[1]
+        confirmation_id = pending(agent)
+        card = driver.card(confirmation_id)
+        assert driver.scope_buttons(card) == ["Approve for this session (same arguments)"]
+
+        assert driver.approve_for(card, approver, 0).taken
+
+        grant = Grant.objects.get()
+        assert (grant.granted_by, grant.granted_by_name, grant.scope, str(grant.confirmation_id)) == (
+            approver.decided_by, approver.name, "session", confirmation_id,
+        )  # fmt: skip
+        again = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
+        assert (again["decision"], again["confirmation_id"]) == ("allow", None)
+        assert again["reason"].startswith(f"allowed by grant {str(grant.pk)[:8]}: approved for this session")
+        assert f"by {approver.label} at " in again["reason"]
+        assert ToolCall.objects.get(grant=grant).decision == "allow"  # recorded as allowed by that grant
+        # Outside the scope: other arguments, another session.
+        assert agent.pre_tool_use(TOOL, {"amount": 90000}, user_id="u-42").json()["decision"] == "pending"
+        assert agent.pre_tool_use(TOOL, {"amount": 80000}, session_id="s-2").json()["decision"] == "pending"
+        assert services.grant_revoke(grant_id=grant.pk, actor="admin:olga")
+        assert agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["decision"] == "pending"
+        driver.expect_decided(card, status="approved", by=approver)
+
+
+class EditContract(ChannelContract):
+    """The contract with its edit scenarios, for channels whose cards take an approver's edits (a form on
+    the card, or a modal). A channel whose medium has no inputs (DingTalk's general card) keeps the
+    plain contract, says so in its docs page, and proves instead that its card sends the approver to
+    the approval page to edit."""
+
     # --- edit, then approve ------------------------------------------------------------------
 
     def test_an_approver_who_edits_the_arguments_approves_what_the_agent_then_runs(self, driver, background):
@@ -445,29 +479,3 @@ class ChannelContract:
         answer = waiting.result(timeout=20).json()
         assert answer["tool_args"] == {"amount": 9000, "memo": "12345"}  # a number stays a number, text stays text
 
-    # --- approve for a scope ------------------------------------------------------------------
-
-    def test_approving_for_the_session_allows_the_same_call_at_once_and_nothing_outside_until_revoked(self, driver):
-        agent = driver.deploy(gate={"grants": [{"scope": "session", "args": "same"}]})
-        approver = driver.approvers[1]
-        confirmation_id = pending(agent)
-        card = driver.card(confirmation_id)
-        assert driver.scope_buttons(card) == ["Approve for this session (same arguments)"]
-
-        assert driver.approve_for(card, approver, 0).taken
-
-        grant = Grant.objects.get()
-        assert (grant.granted_by, grant.granted_by_name, grant.scope, str(grant.confirmation_id)) == (
-            approver.decided_by, approver.name, "session", confirmation_id,
-        )  # fmt: skip
-        again = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
-        assert (again["decision"], again["confirmation_id"]) == ("allow", None)
-        assert again["reason"].startswith(f"allowed by grant {str(grant.pk)[:8]}: approved for this session")
-        assert f"by {approver.label} at " in again["reason"]
-        assert ToolCall.objects.get(grant=grant).decision == "allow"  # recorded as allowed by that grant
-        # Outside the scope: other arguments, another session.
-        assert agent.pre_tool_use(TOOL, {"amount": 90000}, user_id="u-42").json()["decision"] == "pending"
-        assert agent.pre_tool_use(TOOL, {"amount": 80000}, session_id="s-2").json()["decision"] == "pending"
-        assert services.grant_revoke(grant_id=grant.pk, actor="admin:olga")
-        assert agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["decision"] == "pending"
-        driver.expect_decided(card, status="approved", by=approver)

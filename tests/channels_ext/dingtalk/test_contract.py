@@ -1,7 +1,8 @@
 """The channel contract (tests/channels_ext/contract.py) on DingTalk: the card is the card instance FakeDingTalk
 holds (updated as the request changes), a click is a card callback on the Stream that `channel_connections`' runner
 holds, what the clicker is told is in the callback's ack. DingTalk's general card template has no input fields, so
-the contract's edit scenarios run on the approval page (docs/dingtalk.md) and are not repeated here."""
+DingTalk keeps the contract without its edit scenarios (`EditContract`): its card sends the approver to the
+approval page to edit (docs/dingtalk.md), which the last test here shows."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from approvals import selectors
 from approvals.models import Outbox
 from channels_ext.dingtalk.cards import parse_button_id
 from tests.channels_ext.connections_support import running_connections
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys, more_hooks, pending
 from tests.channels_ext.dingtalk.support import CHANNEL, DIRECTOR, INTERN, MANAGER, agents_yaml, channel_yaml
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.dingtalk_api import FakeCard, FakeDingTalk
@@ -45,8 +47,10 @@ class DingTalkDriver:
         self.live_gateway = live_gateway
         self.fake = fake
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        apply_config(channel_yaml(self.fake) + agents_yaml(timeout_seconds, gate_keys(gate or {})))
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        apply_config(channel_yaml(self.fake) + agents_yaml(timeout_seconds, gate_keys(gate or {}) + more_hooks(hooks or [])))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> DingTalkCard:
@@ -77,9 +81,6 @@ class DingTalkDriver:
 
     def click_twice(self, card: DingTalkCard, person: Person, decision: str) -> tuple[Told, Told]:
         return self._click(card, person, decision, "redelivered-1"), self._click(card, person, decision, "redelivered-1")
-
-    def edit(self, card: DingTalkCard, person: Person, edits: dict[str, Any]) -> Told:
-        pytest.skip("DingTalk cards have no input fields: arguments are edited on the approval page")
 
     def scope_buttons(self, card: DingTalkCard) -> list[str]:
         return [b["text"] for action, b in card.buttons.items() if action.startswith("approve_grant_")]
@@ -121,3 +122,13 @@ class TestDingTalkChannel(ChannelContract):
             yield DingTalkDriver(live_gateway, fake_dingtalk)
             # The worker finishes this test's redraws while FakeDingTalk still answers.
             wait_until(lambda: not Outbox.objects.filter(status="pending").exists(), what="the outbox to drain")
+
+    def test_a_gate_that_allows_edits_sends_the_approver_to_the_approval_page_to_edit(self, driver):
+        agent = driver.deploy(gate={"allow_edit": ["amount"]})
+        confirmation_id = pending(agent, {"amount": 80000, "vendor": "ACME"})
+
+        card = driver.card(confirmation_id)
+
+        assert set(card.buttons) == {"approve", "reject"}  # no input, so no edit button
+        page = selectors.confirmation_url(confirmation_id)
+        assert f"[Open the approval page]({page})" in card.card.params["msgContent"]

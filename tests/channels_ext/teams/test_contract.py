@@ -12,7 +12,7 @@ import pytest
 
 from approvals.models import Outbox
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.teams.support import (
     ALICE,
     BOB,
@@ -55,8 +55,10 @@ class TeamsDriver:
         self.live_gateway = live_gateway
         self.fake = fake
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        apply_config(channel_yaml(self.fake) + agents_yaml(timeout_seconds, gate_keys(gate or {})))
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        apply_config(channel_yaml(self.fake) + agents_yaml(timeout_seconds, gate_keys(gate or {}) + more_hooks(hooks or [])))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> TeamsCard:
@@ -98,13 +100,13 @@ class TeamsDriver:
         first = self._told(self._press(card, person, decision, data, activity_id))
         return first, self._told(self._press(card, person, decision, data, activity_id))
 
-    def edit(self, card: TeamsCard, person: Person, edits: dict[str, Any]) -> Told:
+    def edit(self, card: TeamsCard, person: Person, typed: dict[str, str]) -> Told:
         data = dict(card.buttons["approve_edited"]["data"])
         # A path the form does not offer can only come from a tampered click: send it anyway.
-        data["edit"] = data["edit"] + [p for p in edits if p not in data["edit"]]
+        data["edit"] = data["edit"] + [p for p in typed if p not in data["edit"]]
         for number, path in enumerate(data["edit"]):
             offered = card.inputs.get(f"arg_{number}", {}).get("value", "")
-            data[f"arg_{number}"] = json.dumps(edits[path]) if path in edits else offered
+            data[f"arg_{number}"] = typed[path] if path in typed else offered
         return self._told(self._press(card, person, "approve_edited", data))
 
     def scope_buttons(self, card: TeamsCard) -> list[str]:
@@ -142,7 +144,7 @@ class TeamsDriver:
         assert "Approval needed" in card_text(card.activity.card)
 
 
-class TestTeamsChannel(ChannelContract):
+class TestTeamsChannel(EditContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_teams, celery_worker):
         yield TeamsDriver(live_gateway, fake_teams)
