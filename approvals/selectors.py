@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from approvals.caches import KeyHolder, cache
-from approvals.arguments import with_edits
+from approvals.arguments import dotted, with_edits
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     Agent,
@@ -188,6 +188,34 @@ def answer_for_confirmation(
     return PreToolUseAnswer(
         decision=decision, tool_args=tool_args, reason=reason, confirmation_id=str(confirmation.pk)
     )
+
+
+def decided_call(
+    confirmation: ConfirmationRequest, call: ToolCall | None
+) -> tuple[PreToolUseAnswer, list[str]]:
+    """For whoever learns a decision without asking again (the decision webhook): the answer a repeat
+    ask would give, with the arguments as the gateway holds them — the hooks' rewrites and the approver's
+    edits applied, masked values still masks — and the dotted paths of those masks (the agent's own
+    values, to be filled from its call)."""
+    masks = ((call.response or {}).get("masked") if call is not None else None) or {}
+    answer = answer_for_confirmation(confirmation, tool_args=confirmation.tool_args)
+    lost = sorted(dotted(tuple(path)) for path in masks.get("hook", []))
+    return unless_unrestorable(answer, lost), sorted(dotted(tuple(path)) for path in masks.get("agent", []))
+
+
+def unless_unrestorable(answer: PreToolUseAnswer, lost: list[str]) -> PreToolUseAnswer:
+    """`answer`, unless it allows a call whose arguments hold masked values a hook rewrote or added
+    (`lost`): the gateway kept no copy of those, so it cannot say what to run — it denies instead,
+    saying why (docs/approving.md, "What the agent gets")."""
+    if answer.decision != "allow" or not lost:
+        return answer
+    answer.decision = "deny"
+    answer.reason = (
+        f"{answer.reason}, but the arguments to run hold redacted values a hook rewrote ({', '.join(lost)}), "
+        "which the gateway does not keep, so a repeat ask cannot give them back: wait for the decision on "
+        "the first ask (wait_seconds), or ask again with a new idempotency key"
+    )
+    return answer
 
 
 def approvers_for_channel(confirmation: ConfirmationRequest, *, channel_name: str) -> list[str] | None:
