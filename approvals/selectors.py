@@ -349,13 +349,14 @@ def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
 
 
 def live_grant_for(
-    *, agent: Agent, session_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime
+    *, agent: Agent, session_id: str, user_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime
 ) -> list[Any]:
-    """Ids of the live grants whose scope covers this call, oldest first (the caller uses one with a
-    conditional UPDATE, which re-checks that it is still live)."""
+    """Ids of the live grants whose scope covers this call (its user's, or made without a user for a
+    call without one), oldest first (the caller uses one with a conditional UPDATE, which re-checks
+    that it is still live)."""
     return list(
         Grant.objects.filter(
-            agent=agent, session_id=session_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
+            agent=agent, session_id=session_id, user_id=user_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
         )
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .filter(Q(args_fingerprint="") | Q(args_fingerprint=fingerprint))

@@ -227,8 +227,8 @@ def _ask_or_grant(
     grant = None
     if not turn_pending and spec.grants:  # a gate that offers no scopes honours none (and reads none)
         grant = grant_use(
-            agent=agent, session_id=session_id, tool_name=tool_name, gate=spec.gate, fingerprint=fingerprint,
-            now=create.get("now"),
+            agent=agent, session_id=session_id, user_id=create["user_id"], tool_name=tool_name, gate=spec.gate,
+            fingerprint=fingerprint, now=create.get("now"),
         )  # fmt: skip
     if grant is not None:
         answer.decision = "allow"
