@@ -1,10 +1,11 @@
-"""A naive MCP server over stdio, for the proxy's tests: `python echo_mcp_server.py LOG_FILE`.
+"""A naive MCP server over stdio, for the proxy's tests: `python echo_mcp_server.py LOG_FILE [--linger]`.
 
 Written without the MCP SDK on purpose: it runs every `tools/call` it reads, whatever its id (none,
 null, a float, inside a batch) — as a careless server might — so a test sees any call that reached it
 without the gateway. Each tool answers with the arguments it was called with, as JSON text and as
 structured content. `LOG_FILE` gets one JSON line per event: `{"pid": …}` at start, `{"received": line}`
 for every line read, `{"ran": tool, "arguments": …}` for every call run, `{"eof": true}` when stdin closes.
+With `--linger` it does not exit when stdin closes (as a careless server might not): it has to be stopped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 TOOLS = [
@@ -24,7 +26,7 @@ TOOLS = [
 ]
 
 
-def main(log_path: str) -> None:
+def main(log_path: str, linger: bool = False) -> None:
     with open(log_path, "a", buffering=1) as log:
 
         def note(**event: Any) -> None:
@@ -48,6 +50,8 @@ def main(log_path: str) -> None:
                 if "id" in message and answer is not None:
                     send({"jsonrpc": "2.0", "id": message["id"], **answer})
         note(eof=True)
+        while linger:
+            time.sleep(60)
 
 
 def handle(message: dict[str, Any], note: Any) -> dict[str, Any] | None:
@@ -75,4 +79,4 @@ def handle(message: dict[str, Any], note: Any) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], linger="--linger" in sys.argv[2:])
