@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -57,14 +58,20 @@ def test_the_mcp_proxy_calls_the_upstream_with_the_approved_arguments(live_gatew
 
 
 class Payments:
-    """The agent's tool: what it was called with, each time."""
+    """The agent's tool, and what it was called with, each time."""
 
     def __init__(self) -> None:
         self.paid: list[dict[str, Any]] = []
 
-    def pay(self, **arguments: Any) -> str:
-        self.paid.append(arguments)
-        return f"paid {arguments['invoice_id']}"
+    def tool(self) -> Callable[..., str]:
+        """`pay_invoice`, as a plain function for a framework's tool decorator."""
+
+        def pay_invoice(invoice_id: str, amount: int, card: str, memo: str, route: str = "direct") -> str:
+            """Pay an invoice."""
+            self.paid.append({"invoice_id": invoice_id, "amount": amount, "card": card, "memo": memo, "route": route})
+            return f"paid {invoice_id}"
+
+        return pay_invoice
 
 
 def test_the_openai_agents_tool_receives_the_approved_arguments(live_gateway, transactional_db, fake_openai: FakeOpenAI):
@@ -75,14 +82,8 @@ def test_the_openai_agents_tool_receives_the_approved_arguments(live_gateway, tr
 
     key = configure("openai-agent")
     payments = Payments()
-
-    @function_tool
-    def pay_invoice(invoice_id: str, amount: int, card: str, memo: str, route: str = "direct") -> str:
-        """Pay an invoice."""
-        return payments.pay(invoice_id=invoice_id, amount=amount, card=card, memo=memo, route=route)
-
     model = OpenAIResponsesModel(model="gpt-test", openai_client=AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk"))
-    agent = Agent(name="payer", instructions="Pay invoices.", model=model, tools=[pay_invoice])
+    agent = Agent(name="payer", instructions="Pay invoices.", model=model, tools=[function_tool(payments.tool())])
     request = "[openai-agents] pay INV-7"
     fake_openai.script(request, [[(TOOL, PROPOSED)]])
     approver = EditingApprover()
@@ -110,19 +111,13 @@ def test_the_langchain_tool_receives_the_approved_arguments(live_gateway, transa
 
     key = configure("langchain-agent")
     payments = Payments()
-
-    @tool
-    def pay_invoice(invoice_id: str, amount: int, card: str, memo: str, route: str = "direct") -> str:
-        """Pay an invoice."""
-        return payments.pay(invoice_id=invoice_id, amount=amount, card=card, memo=memo, route=route)
-
     request = "[langchain] pay INV-7"
     fake_openai.script(request, [[(TOOL, PROPOSED)]])
     model = ChatOpenAI(model="gpt-test", base_url=fake_openai.base_url, api_key="sk-test")
     approver = EditingApprover()
 
     with GatewayClient(live_gateway.url, key, max_wait=WAIT) as client:
-        agent = create_agent(model=model, tools=[pay_invoice], middleware=[GatewayMiddleware(client)])
+        agent = create_agent(model=model, tools=[tool(payments.tool())], middleware=[GatewayMiddleware(client)])
         state = agent.invoke({"messages": [{"role": "user", "content": request}]})
     approver.join()
 
