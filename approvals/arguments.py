@@ -113,7 +113,9 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def mask_record(*, own: dict[str, Any], answered: dict[str, Any], stored: dict[str, Any]) -> dict[str, list[list[Any]]]:
+def mask_record(
+    *, own: dict[str, Any], answered: dict[str, Any], stored: dict[str, Any]
+) -> dict[str, list[list[Any]]]:
     """Where the stored arguments hold masks, for a repeat ask to rebuild what runs: `agent`, the
     paths whose real value is the agent's own (`own`, as sent) and comes back from its repeated call;
     `hook`, those whose value a hook rewrote or added (`answered`), which nothing can give back.

@@ -353,8 +353,9 @@ class Grant(models.Model):
     (`user_id`: a grant for one user never covers another's call, and one made
     without a user covers only calls without one), the tool and the gate that
     asked, and either the same arguments (`args_fingerprint`) or any (`""`); it
-    lasts for the session or until `expires_at`. Using one is a conditional UPDATE (`uses`),
-    revoking one too (`revoked_at`): a revoked or expired grant allows nothing more.
+    lasts for the session or until `expires_at`. Using one is a conditional
+    UPDATE (`uses`), revoking one too (`revoked_at`): a revoked or expired grant
+    allows nothing more.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

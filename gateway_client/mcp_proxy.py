@@ -194,7 +194,8 @@ def read_client_line(line: str) -> SessionMessage | Refused | None:
     except ValidationError:
         if isinstance(data, dict) and not ("method" in data and "id" in data):
             return Refused(None, "a message that is not JSON-RPC, dropped")  # e.g. a malformed response
-        return Refused(error_answer(_answerable_id(data), INVALID_REQUEST, "not a JSON-RPC request"), "an invalid request")
+        invalid = error_answer(_answerable_id(data), INVALID_REQUEST, "not a JSON-RPC request")
+        return Refused(invalid, "an invalid request")
     if data.get("method") == "tools/call" and not isinstance(message, JSONRPCRequest):
         if "id" not in data:
             return Refused(None, "a tools/call without an id (a notification) dropped: nothing could answer it")

@@ -24,7 +24,9 @@ import yaml
 TOOL = "pay_invoice"
 PROPOSED = {"invoice_id": "INV-7", "amount": 900, "card": "4111 1111 1111 1111", "memo": "laptop"}
 EDITS = {"memo": "laptop for Dana"}
-APPROVED = {"invoice_id": "INV-7", "amount": 500, "card": "4111 1111 1111 1111", "memo": "laptop for Dana", "route": "escrow"}
+APPROVED = {
+    "invoice_id": "INV-7", "amount": 500, "card": "4111 1111 1111 1111", "memo": "laptop for Dana", "route": "escrow"
+}  # fmt: skip
 SHOWN = {**APPROVED, "card": "[redacted]"}  # what the request holds: approved, the secret masked
 REASON = "approved by web:alice with edited arguments: memo"
 
@@ -68,7 +70,8 @@ def configure(agent: str, tools: list[str] | None = None) -> str:
     from approvals.models import Agent
     from tests.conftest import apply_config
 
-    config = {"channels": [{"name": "web", "kind": "web"}], "agents": [{"name": agent, "hooks": hooks(tools or [TOOL])}]}
+    agents = [{"name": agent, "hooks": hooks(tools or [TOOL])}]
+    config = {"channels": [{"name": "web", "kind": "web"}], "agents": agents}
     apply_config(yaml.safe_dump(config))
     _, key = services.api_key_create(agent=Agent.objects.get(name=agent))
     return key

@@ -144,4 +144,7 @@ def grants_end_session(*, agent: Agent, session_id: str) -> int:
 def grant_reason(grant: Grant) -> str:
     """What the agent and the audit are told about a call a grant allowed."""
     who = actor_label(grant.granted_by, grant.granted_by_name)
-    return f"allowed by grant {str(grant.pk)[:8]}: approved {grant.scope_label}{for_whom(grant.user_id)} by {who} at {grant.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"allowed by grant {str(grant.pk)[:8]}: approved {grant.scope_label}{for_whom(grant.user_id)} by {who} "
+        f"at {grant.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    )

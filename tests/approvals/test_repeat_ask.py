@@ -12,7 +12,17 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from approvals.models import ConfirmationRequest, ToolCall
-from tests.approved_call import APPROVED, CAP_AND_ROUTE, FROM_VAULT, PROPOSED, REASON, SHOWN, TOOL, approve_with_edits, configure
+from tests.approved_call import (
+    APPROVED,
+    CAP_AND_ROUTE,
+    FROM_VAULT,
+    PROPOSED,
+    REASON,
+    SHOWN,
+    TOOL,
+    approve_with_edits,
+    configure,
+)
 from tests.approvals.test_webhooks import Receiver
 from tests.approvals.test_websocket import open_socket, receive
 from tests.conftest import AgentClient, apply_config, make_agent_client

@@ -39,7 +39,9 @@ def test_the_tool_gate_runs_the_approved_arguments_and_reports_them_masked(live_
     assert ToolCall.objects.get().ran_args == SHOWN  # what ran, as stored: the card masked
 
 
-def test_claude_code_retrying_the_call_gets_the_approved_arguments_as_updated_input(live_gateway, transactional_db, tmp_path):
+def test_claude_code_retrying_the_call_gets_the_approved_arguments_as_updated_input(
+    live_gateway, transactional_db, tmp_path
+):
     hook = CommandHook(live_gateway.url, configure("claude-code"), tmp_path / "state")
     call = hook_json(TOOL, PROPOSED, tool_use_id="toolu_11", session_id="cc-approved-1")
 

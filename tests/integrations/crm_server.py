@@ -21,8 +21,7 @@ PROFILE = (
 
 
 class CrmServer:
-    def __init__(self, port: int = 0) -> None:
-        """`port`: 0 for any free one; an earlier server's, to come back on it without its sessions."""
+    def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
         self.requests: list[tuple[str, str | None]] = []  # (HTTP method, Mcp-Session-Id)
         server = MCPServer("crm", version="1.0")
@@ -54,7 +53,7 @@ class CrmServer:
         self.server = server
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
+        sock.bind(("127.0.0.1", 0))
         self.sock = sock
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/mcp"

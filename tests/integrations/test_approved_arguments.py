@@ -74,7 +74,9 @@ class Payments:
         return pay_invoice
 
 
-def test_the_openai_agents_tool_receives_the_approved_arguments(live_gateway, transactional_db, fake_openai: FakeOpenAI):
+def test_the_openai_agents_tool_receives_the_approved_arguments(
+    live_gateway, transactional_db, fake_openai: FakeOpenAI
+):
     from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool, set_trace_processors
     from openai import AsyncOpenAI
 
@@ -82,7 +84,8 @@ def test_the_openai_agents_tool_receives_the_approved_arguments(live_gateway, tr
 
     key = configure("openai-agent")
     payments = Payments()
-    model = OpenAIResponsesModel(model="gpt-test", openai_client=AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk"))
+    openai = AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk-test")
+    model = OpenAIResponsesModel(model="gpt-test", openai_client=openai)
     agent = Agent(name="payer", instructions="Pay invoices.", model=model, tools=[function_tool(payments.tool())])
     request = "[openai-agents] pay INV-7"
     fake_openai.script(request, [[(TOOL, PROPOSED)]])
