@@ -487,14 +487,14 @@ class ToolCallAdmin(ReadOnlyAdmin):
 class GrantAdmin(ActionsOnlyAdmin):
     """Approvals for a scope: listed, and revoked here (the revoke action); never edited."""
 
-    list_display = ("short_id", "state", "agent", "tool_name", "session_id", "scope_label", "granted_by",
+    list_display = ("short_id", "state", "agent", "tool_name", "session_id", "user_id", "scope_label", "granted_by",
                     "granted_by_name", "created_at", "expires_at", "uses")  # fmt: skip
     list_filter = (("revoked_at", admin.EmptyFieldListFilter), "scope", "agent", "tool_name")
-    search_fields = ("tool_name", "session_id", "granted_by", "granted_by_name")
+    search_fields = ("tool_name", "session_id", "user_id", "granted_by", "granted_by_name")
     list_select_related = ("agent", "confirmation")
     actions = ("revoke_selected",)
     fields = readonly_fields = (
-        "id", "agent", "session_id", "tool_name", "gate", "scope_label", "args_fingerprint", "granted_by",
+        "id", "agent", "session_id", "user_id", "tool_name", "gate", "scope_label", "args_fingerprint", "granted_by",
         "granted_by_name", "channel", "source_request", "created_at", "expires_at", "uses", "last_used_at",
         "revoked_at", "revoked_by", "calls_allowed",
     )  # fmt: skip

@@ -6,6 +6,13 @@ A path names a value inside a call's arguments by its keys joined with dots
 own arguments, so a masked (redacted) value the gateway never stored is kept
 as the agent sent it — which is why no path at, above or below a masked value
 is ever editable.
+
+A repeat ask (the same idempotency key) is answered from what was stored: the
+arguments as the hooks rewrote them, with masks. `mask_record` notes, when the
+call is first asked, which paths hold masks (the paths, never the values) and
+whether each masked value is the agent's own — then `replayed_args` puts it
+back from the agent's repeated call — or one a hook rewrote or added, which
+the gateway kept no copy of and cannot give back.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import copy
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -146,17 +153,85 @@ def _strict_json(text: str) -> Any:
 
 def masked_paths(real: Any, stored: Any, prefix: str = "") -> set[str]:
     """The paths whose stored value differs from the real one: what a mask (redact) replaced."""
+
+
+KeyPath = tuple[str | int, ...]  # exact keys (list items by int index); () is the whole arguments
+
+
+def masked_key_paths(real: Any, stored: Any, prefix: KeyPath = ()) -> list[KeyPath]:
+    """The exact key paths whose stored value differs from the real one: what a mask (redact) replaced."""
     if isinstance(real, dict) and isinstance(stored, dict) and set(real) == set(stored):
-        found: set[str] = set()
-        for key in real:
-            found |= masked_paths(real[key], stored[key], f"{prefix}{key}.")
-        return found
+        return [path for key in real for path in masked_key_paths(real[key], stored[key], (*prefix, key))]
     if isinstance(real, list) and isinstance(stored, list) and len(real) == len(stored):
-        found = set()
-        for index, (a, b) in enumerate(zip(real, stored, strict=True)):
-            found |= masked_paths(a, b, f"{prefix}{index}.")
-        return found
-    return set() if real == stored else {prefix.rstrip(".") or "*"}
+        return [
+            path
+            for index, (a, b) in enumerate(zip(real, stored, strict=True))
+            for path in masked_key_paths(a, b, (*prefix, index))
+        ]
+    return [] if real == stored else [prefix]
+
+
+def dotted(path: KeyPath) -> str:
+    """A key path as the dotted path people and `allow_edit` use (`*`: the whole arguments)."""
+    return ".".join(str(key) for key in path) or "*"
+
+
+def masked_paths(real: Any, stored: Any) -> set[str]:
+    """The dotted paths whose stored value differs from the real one: what a mask (redact) replaced."""
+    return {dotted(path) for path in masked_key_paths(real, stored)}
+
+
+def _value_at(args: Any, path: Sequence[str | int]) -> Any:
+    """The value at an exact key path, or `_MISSING`."""
+    value = args
+    for key in path:
+        if isinstance(value, dict) and isinstance(key, str) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+            value = value[key]
+        else:
+            return _MISSING
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON (`1` is not `1.0` nor `true`)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def mask_record(
+    *, own: dict[str, Any], answered: dict[str, Any], stored: dict[str, Any]
+) -> dict[str, list[list[Any]]]:
+    """Where the stored arguments hold masks, for a repeat ask to rebuild what runs: `agent`, the
+    paths whose real value is the agent's own (`own`, as sent) and comes back from its repeated call;
+    `hook`, those whose value a hook rewrote or added (`answered`), which nothing can give back.
+    Paths only, never values."""
+    record: dict[str, list[list[Any]]] = {"agent": [], "hook": []}
+    for path in masked_key_paths(answered, stored):
+        mine = _value_at(own, path)
+        kept = mine is not _MISSING and _same(mine, _value_at(answered, path))
+        record["agent" if kept else "hook"].append(list(path))
+    return record
+
+
+def replayed_args(
+    stored: dict[str, Any], *, own: dict[str, Any], record: dict[str, list[list[Any]]]
+) -> tuple[dict[str, Any], list[str]]:
+    """The arguments a repeat ask answers: `stored` (as the hooks rewrote them, masked) with every
+    masked value of the agent's own put back from `own` (the repeated call, the same body as the first:
+    the idempotency check sees to it); and the dotted paths that stay masked (`record["hook"]`)."""
+    result = copy.deepcopy(stored)
+    for path in record.get("agent", []):
+        value = _value_at(own, path)
+        if value is _MISSING:  # cannot be: the body is the first one; keep the mask rather than guess
+            continue
+        if not path:
+            result = copy.deepcopy(value)
+            continue
+        parent = _value_at(result, path[:-1])
+        if isinstance(parent, dict | list):
+            parent[path[-1]] = copy.deepcopy(value)
+    return result, sorted(dotted(tuple(path)) for path in record.get("hook", []))
 
 
 def _touches(path: str, masked: str) -> bool:

@@ -355,15 +355,21 @@ class GrantScope(models.TextChoices):
 class Grant(models.Model):
     """An approver's "approve for a scope": later calls inside it are allowed without asking.
 
-    The scope is the agent and session, the tool and the gate that asked, and
-    either the same arguments (`args_fingerprint`) or any (`""`); it lasts for the
-    session or until `expires_at`. Using one is a conditional UPDATE (`uses`),
-    revoking one too (`revoked_at`): a revoked or expired grant allows nothing more.
+    The scope is the agent and session, the person the approved call was made for
+    (`user_id`: a grant for one user never covers another's call, and one made
+    without a user covers only calls without one), the tool and the gate that
+    asked, and either the same arguments (`args_fingerprint`) or any (`""`); it
+    lasts for the session or until `expires_at`. Using one is a conditional
+    UPDATE (`uses`), revoking one too (`revoked_at`): a revoked or expired grant
+    allows nothing more.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="grants")
     session_id = models.CharField(max_length=200)
+    user_id = models.CharField(
+        max_length=200, blank=True, help_text="Whom the approved call was made for: the grant covers their calls only."
+    )
     tool_name = models.CharField(max_length=200)
     gate = models.CharField(max_length=100, help_text="The approval gate whose asks this grant answers.")
     args_fingerprint = models.CharField(max_length=64, blank=True, help_text="Empty: any arguments.")

@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from approvals.caches import KeyHolder, cache
-from approvals.arguments import with_edits
+from approvals.arguments import dotted, with_edits
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     Agent,
@@ -191,6 +191,34 @@ def answer_for_confirmation(
     )
 
 
+def decided_call(
+    confirmation: ConfirmationRequest, call: ToolCall | None
+) -> tuple[PreToolUseAnswer, list[str]]:
+    """For whoever learns a decision without asking again (the decision webhook): the answer a repeat
+    ask would give, with the arguments as the gateway holds them — the hooks' rewrites and the approver's
+    edits applied, masked values still masks — and the dotted paths of those masks (the agent's own
+    values, to be filled from its call)."""
+    masks = ((call.response or {}).get("masked") if call is not None else None) or {}
+    answer = answer_for_confirmation(confirmation, tool_args=confirmation.tool_args)
+    lost = sorted(dotted(tuple(path)) for path in masks.get("hook", []))
+    return unless_unrestorable(answer, lost), sorted(dotted(tuple(path)) for path in masks.get("agent", []))
+
+
+def unless_unrestorable(answer: PreToolUseAnswer, lost: list[str]) -> PreToolUseAnswer:
+    """`answer`, unless it allows a call whose arguments hold masked values a hook rewrote or added
+    (`lost`): the gateway kept no copy of those, so it cannot say what to run — it denies instead,
+    saying why (docs/approving.md, "What the agent gets")."""
+    if answer.decision != "allow" or not lost:
+        return answer
+    answer.decision = "deny"
+    answer.reason = (
+        f"{answer.reason}, but the arguments to run hold redacted values a hook rewrote ({', '.join(lost)}), "
+        "which the gateway does not keep, so a repeat ask cannot give them back: wait for the decision on "
+        "the first ask (wait_seconds), or ask again with a new idempotency key"
+    )
+    return answer
+
+
 def approvers_for_channel(confirmation: ConfirmationRequest, *, channel_name: str) -> list[str] | None:
     """Who may decide from this channel: a list ([] = anyone there), or None if nobody can."""
     if channel_name == confirmation.channel.name:
@@ -353,13 +381,14 @@ def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
 
 
 def live_grant_for(
-    *, agent: Agent, session_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime
+    *, agent: Agent, session_id: str, user_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime
 ) -> list[Any]:
-    """Ids of the live grants whose scope covers this call, oldest first (the caller uses one with a
-    conditional UPDATE, which re-checks that it is still live)."""
+    """Ids of the live grants whose scope covers this call (its user's, or made without a user for a
+    call without one), oldest first (the caller uses one with a conditional UPDATE, which re-checks
+    that it is still live)."""
     return list(
         Grant.objects.filter(
-            agent=agent, session_id=session_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
+            agent=agent, session_id=session_id, user_id=user_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
         )
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .filter(Q(args_fingerprint="") | Q(args_fingerprint=fingerprint))

@@ -14,6 +14,9 @@ from typing import Any
 # could not be delivered. Every other decider is channel-qualified (`slack:U…`, `web:alice`).
 SYSTEM_ACTOR = "gateway"
 
+# The side effect that marks an answer given to a repeat ask (an idempotency key seen before).
+IDEMPOTENT_REPLAY = "idempotent_replay"
+
 
 @dataclasses.dataclass
 class PreToolUseAnswer:

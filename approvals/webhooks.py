@@ -24,13 +24,17 @@ def send_decision_webhook(confirmation: ConfirmationRequest) -> None:
     signature are fresh on each attempt, so a retry is never stale.
     """
     tool_call = getattr(confirmation, "tool_call", None)
-    answer = selectors.answer_for_confirmation(confirmation, tool_args=confirmation.tool_args)
+    answer, masked = selectors.decided_call(confirmation, tool_call)
     payload = {
         "type": "confirmation.decided",
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(),
         "confirmation": selectors.confirmation_as_dict(confirmation),
         "decision": answer.decision,
         "reason": answer.reason,
+        # What to run when allowed: the approved arguments as the gateway holds them; the values at
+        # `masked_paths` are masks, to be taken from the agent's own call (docs/waiting.md).
+        "tool_args": answer.tool_args if answer.decision == "allow" else None,
+        "masked_paths": masked if answer.decision == "allow" else [],
         "tool_call_id": confirmation.tool_call_id,
         "session_id": confirmation.session_id,
         "tool_call": str(tool_call.pk) if tool_call else None,

@@ -24,21 +24,26 @@
 
 The gateway session is `session_id` (a string, or a function of the
 `ToolCallRequest`); by default the LangGraph thread (`config["configurable"]
-["thread_id"]`), else one session per middleware. A `GatewayClient` serves both
-sync and async runs; an `AsyncGatewayClient` only async ones. See
-docs/integrations/langchain.md.
+["thread_id"]`), else one session per run of the agent: a run begins with each
+`invoke` / `ainvoke` / `stream` / `astream` (the middleware's `before_agent`
+names a new session, kept in the agent's state, private to the middleware), so
+two runs never share a session — nor the grants approved in it. A
+`GatewayClient` serves both sync and async runs; an `AsyncGatewayClient` only
+async ones. See docs/integrations/langchain.md.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from gateway_client.client import AsyncGatewayClient, GatewayClient
 from gateway_client.gating import GateResult, ToolGate, ToolRunAborted, result_text
 
 try:
-    from langchain.agents.middleware import AgentMiddleware
+    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import ToolMessage
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
@@ -48,6 +53,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["GatewayMiddleware", "ToolRunAborted"]
 
 SessionId = str | Callable[[ToolCallRequest], str] | None
+RUN_SESSION = "gateway_session_id"  # the state key naming the session of the current run
+
+
+class GatewayState(AgentState[Any]):
+    """The agent's state, plus the gateway session of the current run (neither input nor output)."""
+
+    gateway_session_id: NotRequired[Annotated[str, PrivateStateAttr]]
 
 
 class GatewayMiddleware(AgentMiddleware):
@@ -58,6 +70,8 @@ class GatewayMiddleware(AgentMiddleware):
     user_id, metadata: sent with every call. max_wait: seconds to wait for a human.
     tool_prefix: prepended to the tool names the gateway sees. tools: gate only these tool names.
     """
+
+    state_schema = GatewayState
 
     def __init__(
         self,
@@ -85,6 +99,13 @@ class GatewayMiddleware(AgentMiddleware):
         self.session_id = session_id
         self.tool_prefix = tool_prefix
         self.only = set(tools) if tools is not None else None
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+        """A run begins: it gets a session of its own (used when neither `session_id` nor a thread names one)."""
+        return {RUN_SESSION: f"langchain-{uuid.uuid4().hex[:16]}"}
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+        return self.before_agent(state, runtime)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
@@ -139,7 +160,11 @@ class GatewayMiddleware(AgentMiddleware):
             return self.session_id
         config = getattr(request.runtime, "config", None) or {}
         thread = (config.get("configurable") or {}).get("thread_id")
-        return f"langgraph-{thread}" if thread else None  # None: the gate's own session
+        if thread:
+            return f"langgraph-{thread}"
+        state = request.state
+        run = state.get(RUN_SESSION) if isinstance(state, dict) else getattr(state, RUN_SESSION, None)
+        return run or None  # None (a tool node run outside `create_agent`): the gate's own session
 
 
 def _with_args(request: ToolCallRequest, asked: dict[str, Any], answered: dict[str, Any]) -> ToolCallRequest:

@@ -26,6 +26,19 @@ gateway tool `NAME__TOOL` (pre-tool-use), in the proxy's session:
 - the client cancels the request (`notifications/cancelled`): the confirmation
   is withdrawn (`POST /api/v1/confirmations/<id>/cancel`).
 
+Nothing reaches the upstream as a `tools/call` without the gate. The proxy reads
+the client's lines itself (`read_client_line`) and relays what it parsed, never
+the raw line: a `tools/call` is gated only as a request with a string or integer
+id; one with `id: null` or any other id gets a JSON-RPC error, one without an id
+(a notification: nothing can answer it) is dropped and logged, and a JSON-RPC
+batch (an array: MCP has none since 2025-06-18) is refused whole, each request
+in it answered with an error.
+
+When the client closes stdin, held calls are withdrawn, the upstream is stopped
+(its stdin closed, then terminated if it lingers; an HTTP upstream's session is
+ended with a DELETE) and the proxy exits 0. When the upstream goes (its process
+exits, or an HTTP upstream says the session is gone) the proxy exits 1.
+
 Configuration: `GATEWAY_URL` and `GATEWAY_API_KEY` (or `--url`, `--api-key`),
 `GATEWAY_USER_ID` (`--user-id`). The upstream command inherits the proxy's
 environment without `GATEWAY_API_KEY`. See docs/integrations/mcp-proxy.md.
@@ -36,16 +49,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from pydantic import BaseModel, ValidationError
 
 from gateway_client.client import AsyncGatewayClient
 from gateway_client.gating import GateResult, ToolGate, result_text
@@ -53,7 +71,6 @@ from gateway_client.gating import GateResult, ToolGate, result_text
 try:
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.server.stdio import stdio_server
     from mcp.shared.inbound import (
         MCP_METHOD_HEADER,
         MCP_NAME_HEADER,
@@ -65,6 +82,8 @@ try:
     )
     from mcp.shared.message import ClientMessageMetadata, SessionMessage
     from mcp_types import (  # the MCP SDK's protocol types (`mcp.types` re-exports them)
+        INVALID_REQUEST,
+        PARSE_ERROR,
         PROTOCOL_VERSION_META_KEY,
         CallToolResult,
         JSONRPCError,
@@ -72,6 +91,7 @@ try:
         JSONRPCRequest,
         JSONRPCResponse,
         TextContent,
+        jsonrpc_message_adapter,
     )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("gateway_client.mcp_proxy needs the MCP Python SDK: pip install 'mcp>=2.3,<3'") from exc
@@ -116,6 +136,146 @@ def call_failure(message: JSONRPCResponse | JSONRPCError) -> str | None:
     if message.result.get("isError"):
         return result_text(reported_result(message)) or "the tool reported an error"
     return None
+
+
+# --------------------------------------------------------------------------- the client's lines
+
+BATCH_REFUSED = "JSON-RPC batches are not supported (MCP has had none since 2025-06-18): send one message a line"
+BAD_CALL_ID = "a tools/call needs an id that is a string or an integer"
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A line from the client that the proxy answers itself (`answer`: the JSON-RPC error(s); None when
+    nothing can be answered) and relays nowhere; `why` is logged."""
+
+    answer: dict[str, Any] | list[dict[str, Any]] | None
+    why: str
+
+
+def error_answer(request_id: str | int | None, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def _answerable_id(data: Any) -> str | int | None:
+    """The id an error answer can name: the message's own if it is a valid one, else null (JSON-RPC 2.0 §5)."""
+    value = data.get("id") if isinstance(data, dict) else None
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
+
+def read_client_line(line: str) -> SessionMessage | Refused | None:
+    """One line from the client: the message as the upstream will get it (the proxy relays what it
+    parsed, never the line itself), refused, or None for a blank line.
+
+    Anything whose method is `tools/call` and that is not a request with a string or integer id — no
+    id (a notification), `id: null`, a fractional, boolean or object id — is refused, and so is every
+    batch: the SDK's own reading takes such a call for a notification, which would reach the upstream
+    without the gate."""
+    text = line.strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return Refused(error_answer(None, PARSE_ERROR, "Parse error: the line is not JSON"), "a line that is not JSON")
+    if isinstance(data, list):
+        if not data:
+            return Refused(error_answer(None, INVALID_REQUEST, "an empty batch"), "an empty batch")
+        answers = [
+            error_answer(_answerable_id(item), INVALID_REQUEST, BATCH_REFUSED)
+            for item in data
+            if not isinstance(item, dict) or "id" in item  # a notification in it gets no answer
+        ]
+        return Refused(answers or None, f"a batch of {len(data)} message(s) refused; none was relayed")
+    try:
+        message = jsonrpc_message_adapter.validate_json(text, by_name=False)
+    except ValidationError:
+        if isinstance(data, dict) and not ("method" in data and "id" in data):
+            return Refused(None, "a message that is not JSON-RPC, dropped")  # e.g. a malformed response
+        invalid = error_answer(_answerable_id(data), INVALID_REQUEST, "not a JSON-RPC request")
+        return Refused(invalid, "an invalid request")
+    if data.get("method") == "tools/call" and not isinstance(message, JSONRPCRequest):
+        if "id" not in data:
+            return Refused(None, "a tools/call without an id (a notification) dropped: nothing could answer it")
+        return Refused(error_answer(None, INVALID_REQUEST, BAD_CALL_ID), f"a tools/call with the id {data['id']!r}")
+    return SessionMessage(message)
+
+
+class ClientStdio:
+    """The client's side of the proxy: JSON-RPC, one message a line, on the proxy's stdin and stdout.
+
+    While it runs, fd 0 reads the null device and fd 1 is stderr, so a stray print cannot reach the
+    wire. Lines are read by a daemon thread (a blocked read never holds the proxy's exit) and written by
+    one task, in order; `lines()` ends when the client closes stdin."""
+
+    def __init__(self) -> None:
+        self._lines_in, self._lines = anyio.create_memory_object_stream[str](16)
+        self._out_in, self._out = anyio.create_memory_object_stream[str](16)
+        self._wire_in: BinaryIO | None = None
+        self._wire_out: BinaryIO | None = None
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[ClientStdio]:
+        saved_in, saved_out = os.dup(0), os.dup(1)
+        self._wire_in, self._wire_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+        token = anyio.lowlevel.current_token()
+        threading.Thread(target=self._read, args=(token,), name="mcp-proxy-stdin", daemon=True).start()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write)
+                try:
+                    yield self
+                finally:
+                    self._out_in.close()  # the writer sends what is queued, then ends
+        finally:
+            os.dup2(saved_in, 0)
+            os.dup2(saved_out, 1)
+            os.close(saved_in)
+            os.close(saved_out)
+
+    async def lines(self) -> AsyncIterator[str]:
+        async with self._lines:
+            async for line in self._lines:
+                yield line
+
+    async def send(self, message: BaseModel | dict[str, Any] | list[dict[str, Any]]) -> None:
+        if isinstance(message, BaseModel):
+            text = message.model_dump_json(by_alias=True, exclude_unset=True)
+        else:
+            text = json.dumps(message, separators=(",", ":"))
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # the client is gone
+            await self._out_in.send(text)
+
+    def _read(self, token: Any) -> None:
+        assert self._wire_in is not None
+        try:
+            for raw in self._wire_in:
+                anyio.from_thread.run(self._lines_in.send, raw.decode("utf-8", errors="replace"), token=token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError):
+            return  # the proxy is stopping
+        with contextlib.suppress(RuntimeError):
+            anyio.from_thread.run_sync(self._lines_in.close, token=token)  # stdin closed: the client is gone
+
+    async def _write(self) -> None:
+        assert self._wire_out is not None
+        wire = self._wire_out
+
+        def write(text: str) -> None:
+            wire.write(text.encode() + b"\n")
+            wire.flush()
+
+        async with self._out:
+            async for text in self._out:
+                try:
+                    await anyio.to_thread.run_sync(write, text)
+                except OSError:  # the client closed its end of the pipe
+                    return
 
 
 # --------------------------------------------------------------------------- streamable HTTP headers
@@ -175,6 +335,27 @@ class HttpStamp:
 # --------------------------------------------------------------------------- the proxy
 
 
+class SessionWatch:
+    """Sees a streamable-HTTP upstream end the MCP session: an HTTP 404 to a request that carried the
+    session id (MCP: the server no longer knows the session). The proxy then stops — its client's
+    session cannot go on in a new one — after relaying the answer to the request that found out."""
+
+    def __init__(self) -> None:
+        self.ended = anyio.Event()
+        self.answer_id: Any = None  # the JSON-RPC request whose answer ends the relay; None: none comes
+
+    async def on_response(self, response: Any) -> None:
+        """An `httpx` response hook on the upstream's HTTP client."""
+        if response.status_code != 404 or "mcp-session-id" not in response.request.headers or self.ended.is_set():
+            return
+        try:
+            body = json.loads(response.request.content or b"null")
+        except Exception:  # a streamed body, or not JSON
+            body = None
+        self.answer_id = body.get("id") if isinstance(body, dict) and "method" in body else None
+        self.ended.set()
+
+
 @dataclasses.dataclass(eq=False)
 class HeldCall:
     """A `tools/call` from the client, from the moment it arrives until it is answered."""
@@ -213,34 +394,50 @@ class McpGatewayProxy:
         max_wait: float = DEFAULT_MAX_WAIT,
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
         stamp: HttpStamp | None = None,
+        session_watch: SessionWatch | None = None,
     ):
         self.name = name
         self.gate = gate
         self.max_wait = max_wait
         self.progress_interval = progress_interval
         self.stamp = stamp
+        self.session_watch = session_watch
         self.calls: dict[Any, HeldCall] = {}  # request id -> the call, while it is held or run
-        self._client_write: Any = None
+        self._client: Any = None  # a ClientStdio, or anything with its `lines()` and `send()`
         self._upstream_write: Any = None
 
-    async def serve(self, client_read: Any, client_write: Any, upstream_read: Any, upstream_write: Any) -> str:
-        """Relay until either side closes; returns which one did (`client` or `upstream`)."""
-        self._client_write, self._upstream_write = client_write, upstream_write
+    async def serve(self, client: Any, upstream_read: Any, upstream_write: Any) -> str:
+        """Relay until either side closes; returns which one did: `client`, `upstream`, or `session` (an
+        HTTP upstream no longer knows the session)."""
+        self._client, self._upstream_write = client, upstream_write
         closed = "client"
+        watch = self.session_watch
         async with anyio.create_task_group() as tg:
 
             async def from_upstream() -> None:
                 nonlocal closed
                 await self._pump_upstream(upstream_read)
-                closed = "upstream"
+                closed = "session" if watch is not None and watch.ended.is_set() else "upstream"
                 tg.cancel_scope.cancel()
 
+            async def when_the_session_ends(watch: SessionWatch) -> None:
+                nonlocal closed
+                await watch.ended.wait()
+                if watch.answer_id is None:  # no answer to relay first (else the pump stops after it)
+                    closed = "session"
+                    tg.cancel_scope.cancel()
+
             tg.start_soon(from_upstream)
-            async for item in client_read:
-                if isinstance(item, Exception):
-                    logger.warning("unreadable message from the client: %s", item)
-                    continue
-                await self._from_client(item, tg)
+            if watch is not None:
+                tg.start_soon(when_the_session_ends, watch)
+            async for line in client.lines():
+                item = read_client_line(line)
+                if isinstance(item, Refused):
+                    logger.warning("refused from the client: %s", item.why)
+                    if item.answer is not None:
+                        await client.send(item.answer)
+                elif item is not None:
+                    await self._from_client(item, tg)
             # The client is gone: held calls are cancelled, and so withdrawn.
             tg.cancel_scope.cancel()
         return closed
@@ -270,6 +467,7 @@ class McpGatewayProxy:
     # -- upstream -> client ----------------------------------------------------------
 
     async def _pump_upstream(self, upstream_read: Any) -> None:
+        """Relay the upstream's messages until it closes (or an HTTP upstream says the session is gone)."""
         async for item in upstream_read:
             if isinstance(item, Exception):
                 logger.warning("unreadable message from the upstream server: %s", item)
@@ -277,6 +475,10 @@ class McpGatewayProxy:
             message = item.message
             if self.stamp is not None:
                 self.stamp.inbound(message)
+            watch = self.session_watch
+            if watch is not None and watch.ended.is_set() and getattr(message, "id", None) == watch.answer_id:
+                await self._to_client(message)  # the request that found the session gone gets that answer
+                return
             if isinstance(message, JSONRPCResponse | JSONRPCError):
                 call = self.calls.get(message.id)
                 if call is not None and call.forwarded and not call.answered.is_set():
@@ -286,7 +488,7 @@ class McpGatewayProxy:
             await self._to_client(message)
 
     async def _to_client(self, message: Any) -> None:
-        await self._client_write.send(SessionMessage(message))
+        await self._client.send(message)
 
     # -- one gated call ----------------------------------------------------------------
 
@@ -376,15 +578,18 @@ class McpGatewayProxy:
 
 
 @contextlib.asynccontextmanager
-async def upstream_streams(args: argparse.Namespace) -> AsyncIterator[tuple[Any, Any]]:
-    """The upstream's (read, write) streams: its command started, or its URL."""
+async def upstream_streams(
+    args: argparse.Namespace, session_watch: SessionWatch | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The upstream's (read, write) streams: its command started, or its URL (watched by `session_watch`)."""
     if args.upstream_url:
         import httpx2  # the MCP SDK's HTTP client
 
         headers = dict(_header(h) for h in args.upstream_header)
         # The SDK's own defaults: 30 s to connect and send, 300 s to read (a response may be an SSE stream).
         timeout = httpx2.Timeout(30.0, read=300.0)
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        hooks = {"response": [session_watch.on_response]} if session_watch is not None else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http:
             async with streamable_http_client(args.upstream_url, http_client=http) as streams:
                 yield streams
         return
@@ -415,19 +620,26 @@ async def run(args: argparse.Namespace) -> int:
         max_wait=args.max_wait,
         key_prefix="mcp-proxy",
     )
+    session_watch = SessionWatch() if args.upstream_url else None
     proxy = McpGatewayProxy(
         name=args.name,
         gate=gate,
         max_wait=args.max_wait,
         progress_interval=args.progress_interval,
         stamp=HttpStamp() if args.upstream_url else None,
+        session_watch=session_watch,
     )
     async with gateway:
-        async with upstream_streams(args) as (upstream_read, upstream_write):
-            async with stdio_server() as (client_read, client_write):
-                closed = await proxy.serve(client_read, client_write, upstream_read, upstream_write)
+        async with upstream_streams(args, session_watch) as (upstream_read, upstream_write):
+            async with ClientStdio().open() as client:
+                closed = await proxy.serve(client, upstream_read, upstream_write)
+    # Leaving `upstream_streams` stopped the upstream: its stdin closed, then terminated if it lingered
+    # (the SDK's stdio client), or its HTTP session ended with a DELETE.
     if closed == "upstream":
         print(f"mcp_proxy: the upstream server {args.name!r} closed the connection", file=sys.stderr)
+        return 1
+    if closed == "session":
+        print(f"mcp_proxy: the upstream server {args.name!r} ended the MCP session", file=sys.stderr)
         return 1
     return 0
 

@@ -24,14 +24,21 @@ guardrails, hooks, tracing — is unchanged:
 
 The gateway session is `session_id` (a string, or a function of the
 `ToolContext`); by default the run's trace group (`RunConfig(group_id=...)`),
-else the run's trace id — one session per `Runner.run` — and, with tracing
-off, one session per `gate_agent` call. See docs/integrations/openai-agents.md.
+else the current trace (one per `Runner.run`, unless the caller wraps several
+runs in one `trace()`), and with tracing off one session per run: a run begins
+with each `Runner.run` / `run_sync` / `run_streamed` (told apart by the run's
+own usage record, which every tool call of the run — nested agent tools
+included — shares). Two runs never share a session, nor the grants approved in
+it. See docs/integrations/openai-agents.md.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import threading
+import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -166,7 +173,34 @@ def _session(ctx: ToolContext[Any], session_id: SessionId) -> str | None:
     trace_id = getattr(trace, "trace_id", None)
     if trace_id and trace_id != "no-op":
         return f"openai-agents-{trace_id}"
-    return None  # the gate's own session
+    return _run_sessions.of(ctx.usage)
+
+
+class _RunSessions:
+    """One session id per run, keyed by the run's `Usage` object: the SDK makes one per `Runner.run`
+    and hands that same object to every `ToolContext` of the run. Held weakly: an entry goes with its run."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[int, tuple[weakref.ref[Any], str]] = {}
+        self._lock = threading.RLock()  # re-entered when a collection inside `of` ends a run
+
+    def of(self, run_usage: Any) -> str:
+        key = id(run_usage)
+        with self._lock:
+            entry = self._sessions.get(key)
+            if entry is not None and entry[0]() is run_usage:
+                return entry[1]
+            session = f"openai-agents-run-{uuid.uuid4().hex[:16]}"
+            self._sessions[key] = (weakref.ref(run_usage, lambda ref: self._forget(key, ref)), session)
+            return session
+
+    def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
+        with self._lock:
+            if key in self._sessions and self._sessions[key][0] is ref:
+                del self._sessions[key]
+
+
+_run_sessions = _RunSessions()
 
 
 def _reportable(output: Any) -> Any:

@@ -42,7 +42,7 @@ from approvals.api.views import PreToolUseApi
 from approvals.caches import KeyHolder, StaleCache, cache
 from approvals.errors import GatewayError, InvalidInput
 from approvals.models import Agent, ApiKey
-from approvals.types import ConfirmationState, PreToolUseAnswer
+from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
 from gateway.realtime import waiters
 from hooks.state import session_changed
@@ -55,10 +55,17 @@ PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 
 
 def final_answer(confirmation: ConfirmationState, pending_answer: dict[str, Any]) -> dict[str, Any]:
-    """The final pre-tool-use answer, built from the state the waiter has (no query) and the pending answer."""
+    """The final pre-tool-use answer, built from the state the waiter has (no query) and the pending
+    answer of a first ask, whose `tool_args` are the hooks' own (a repeat ask's are rebuilt from what
+    was stored, so a held repeat ask is answered by asking again: `is_replay`)."""
     final = selectors.answer_for_confirmation(confirmation, tool_args=pending_answer.get("tool_args") or {})
     # The approver may have edited the arguments: the agent runs what was approved.
     return {**pending_answer, "decision": final.decision, "reason": final.reason, "tool_args": final.tool_args}
+
+
+def is_replay(answer: dict[str, Any]) -> bool:
+    """An answer to a repeat ask (its idempotency key was seen before)."""
+    return IDEMPOTENT_REPLAY in (answer.get("side_effects") or ())
 
 
 # Tool calls run here: hooks may block (a command, a webhook), so not on the event loop, and not
@@ -167,6 +174,10 @@ class AgentApiMiddleware:
         )
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)
+        if is_replay(answer):  # the repeat ask, asked again now that it is final
+            final = _CapturedResponse()
+            await self.app(scope, _replay_receive(body), final.send)
+            return await final.forward(send)
         await _send_json(send, 200, final_answer(confirmation, answer))
 
 
@@ -189,8 +200,20 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
     if not serializer.is_valid():
         return False
     validated = serializer.validated_data
+    fingerprint = services.request_fingerprint(data)
     try:
-        answer = await in_call_thread(_ask)(holder, validated, services.request_fingerprint(data))
+        answer = await in_call_thread(_ask)(holder, validated, fingerprint)
+        result = answer.as_dict()
+        if result["decision"] == "pending" and validated["wait_seconds"] > 0:
+            state = await wait_for_final(
+                confirmation_id=answer.confirmation_id, agent_id=holder.agent_id, timeout=validated["wait_seconds"]
+            )
+            if state is not None and state.is_final and is_replay(result):
+                # The repeat ask, asked again now that it is final: it rebuilds the arguments to run
+                # (and writes nothing, so it cannot meet a stale cache).
+                result = (await in_call_thread(_ask)(holder, validated, fingerprint)).as_dict()
+            elif state is not None and state.is_final:
+                result = final_answer(state, result)
     except StaleCache:
         # A change committed that this process has not heard of yet: forget what the call read.
         cache.forget(f"agent:{holder.agent_id}")
@@ -203,13 +226,6 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
         logger.exception("pre-tool-use failed for agent %s", holder.agent_name)
         await _send_json(send, 500, error_body("internal_error", "the gateway failed while deciding; see its log"))
         return True
-    result = answer.as_dict()
-    if result["decision"] == "pending" and validated["wait_seconds"] > 0:
-        state = await wait_for_final(
-            confirmation_id=answer.confirmation_id, agent_id=holder.agent_id, timeout=validated["wait_seconds"]
-        )
-        if state is not None and state.is_final:
-            result = final_answer(state, result)
     await _send_json(send, 200, result)
     return True
 

@@ -49,6 +49,7 @@ def grant_create(
     grant = Grant.objects.create(
         agent_id=confirmation.agent_id,
         session_id=confirmation.session_id,
+        user_id=confirmation.user_id,
         tool_name=confirmation.tool_name,
         gate=confirmation.hook_name,
         args_fingerprint=confirmation.args_fingerprint if option.get("args") != "any" else "",
@@ -68,21 +69,45 @@ def grant_create(
         channel=channel,
         message=(
             f"approved {grant_label(option)}: later calls of {confirmation.tool_name} in session "
-            f"{confirmation.session_id} are allowed without asking{until}"
+            f"{confirmation.session_id}{for_whom(confirmation.user_id)} are allowed without asking{until}"
         ),
-        data={"grant": str(grant.pk), "scope": grant.scope, "minutes": minutes, "args": option.get("args", "same")},
+        data={
+            "grant": str(grant.pk), "scope": grant.scope, "minutes": minutes, "args": option.get("args", "same"),
+            "user_id": confirmation.user_id,
+        },  # fmt: skip
     )
     return grant
 
 
+def for_whom(user_id: str) -> str:
+    """` for user u-42`, or nothing for a call made for nobody in particular."""
+    return f" for user {user_id}" if user_id else ""
+
+
 def grant_use(
-    *, agent: Agent, session_id: str, tool_name: str, gate: str, fingerprint: str, now: dt.datetime | None = None
+    *,
+    agent: Agent,
+    session_id: str,
+    user_id: str,
+    tool_name: str,
+    gate: str,
+    fingerprint: str,
+    now: dt.datetime | None = None,
 ) -> Grant | None:
     """Use a live grant covering this call, if there is one: one conditional UPDATE (inside the
-    caller's transaction, which records the call it allowed). None: ask a human."""
+    caller's transaction, which records the call it allowed). None: ask a human.
+
+    `user_id` is part of the scope: only a grant made for the same user (or, for a call without
+    one, a grant made without one) covers the call."""
     now = now or timezone.now()
     for pk in selectors.live_grant_for(
-        agent=agent, session_id=session_id, tool_name=tool_name, gate=gate, fingerprint=fingerprint, now=now
+        agent=agent,
+        session_id=session_id,
+        user_id=user_id,
+        tool_name=tool_name,
+        gate=gate,
+        fingerprint=fingerprint,
+        now=now,
     ):
         used = (
             Grant.objects.filter(pk=pk, revoked_at__isnull=True)
@@ -119,4 +144,7 @@ def grants_end_session(*, agent: Agent, session_id: str) -> int:
 def grant_reason(grant: Grant) -> str:
     """What the agent and the audit are told about a call a grant allowed."""
     who = actor_label(grant.granted_by, grant.granted_by_name)
-    return f"allowed by grant {str(grant.pk)[:8]}: approved {grant.scope_label} by {who} at {grant.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"allowed by grant {str(grant.pk)[:8]}: approved {grant.scope_label}{for_whom(grant.user_id)} by {who} "
+        f"at {grant.created_at:%Y-%m-%d %H:%M:%S} UTC"
+    )

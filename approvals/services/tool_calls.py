@@ -28,7 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.arguments import args_fingerprint, editable_paths, masked_paths
+from approvals.arguments import args_fingerprint, editable_paths, mask_record, masked_paths, replayed_args
 from approvals.caches import StaleCache, cache
 from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
@@ -36,7 +36,7 @@ from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
 from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
-from approvals.types import PreToolUseAnswer
+from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
 from hooks.chain import run_chain
@@ -114,7 +114,6 @@ def tool_call_pre(
         side_effects=outcome.side_effects,
         hook_decisions=outcome.hook_decisions,
     )
-    redacted = outcome.stored_args is not None
     record = ToolCall(
         agent=agent,
         session_id=session_id,
@@ -136,7 +135,7 @@ def tool_call_pre(
         if outcome.ask is None:
             # The allowed (or denied) call: one INSERT, in autocommit — no BEGIN/COMMIT round trips
             # (a savepoint only when a caller already holds a transaction, so a lost race leaves it usable).
-            record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
+            record.response = _kept_answer(answer, own_args=tool_args, stored_args=outcome.stored_args)
             with transaction.atomic() if transaction.get_connection().in_atomic_block else contextlib.nullcontext():
                 _insert(record, served_under, stored)
             return answer
@@ -161,8 +160,7 @@ def tool_call_pre(
             )
             record.confirmation, record.grant = confirmation, grant
             record.decision, record.reason = answer.decision, answer.reason  # a grant allows
-            # Never keep unredacted args: a replay of a redacted call re-sends the request's own args.
-            record.response = {**answer.as_dict(), "tool_args": None if redacted else answer.tool_args}
+            record.response = _kept_answer(answer, own_args=tool_args, stored_args=outcome.stored_args)
             _insert(record, served_under, stored)
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
@@ -228,8 +226,8 @@ def _ask_or_grant(
     grant = None
     if not turn_pending and spec.grants:  # a gate that offers no scopes honours none (and reads none)
         grant = grant_use(
-            agent=agent, session_id=session_id, tool_name=tool_name, gate=spec.gate, fingerprint=fingerprint,
-            now=create.get("now"),
+            agent=agent, session_id=session_id, user_id=create["user_id"], tool_name=tool_name, gate=spec.gate,
+            fingerprint=fingerprint, now=create.get("now"),
         )  # fmt: skip
     if grant is not None:
         answer.decision = "allow"
@@ -266,22 +264,36 @@ def _lock_turn(agent: Agent, session_id: str, turn_id: str) -> None:
             )
 
 
+def _kept_answer(
+    answer: PreToolUseAnswer, *, own_args: dict[str, Any], stored_args: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The answer as the call's record keeps it, for a repeat ask. Never an unredacted value: where a
+    mask (redact) applied, `tool_args` is None and `masked` says which paths of the stored arguments
+    hold masks and where each real value comes back from (`arguments.mask_record`)."""
+    if stored_args is None:
+        return answer.as_dict()
+    masked = mask_record(own=own_args, answered=answer.tool_args, stored=stored_args)
+    return {**answer.as_dict(), "tool_args": None, "masked": masked}
+
+
 def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> PreToolUseAnswer:
-    """The answer for a request whose idempotency key was seen before."""
+    """The answer for a request whose idempotency key was seen before: the same decision, with the
+    arguments the first answer had (rewritten by hooks, edited by the approver, masked values the
+    agent's own again), never the repeated call's raw ones."""
     if fingerprint and call.request_fingerprint and call.request_fingerprint != fingerprint:
         raise IdempotencyMismatch(
             "this idempotency_key was used with a different request body",
             details={"tool_call": str(call.id)},
         )
     stored = call.response or {}
-    args = stored.get("tool_args") if stored.get("tool_args") is not None else tool_args
+    args, lost = _replayed_args(call, stored, own_args=tool_args)
     window = dt.timedelta(seconds=settings.GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS)
     if call.outcome == "success" and call.completed_at and timezone.now() - call.completed_at <= window:
         return PreToolUseAnswer(
             decision="skip",
             tool_args=args,
             reason="this call already completed; returning its stored result",
-            side_effects=["idempotent_replay"],
+            side_effects=[IDEMPOTENT_REPLAY],
             hook_decisions=stored.get("hook_decisions", []),
             result=call.result,
         )
@@ -289,12 +301,24 @@ def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> P
         confirmation = ConfirmationRequest.objects.get(pk=call.confirmation_id)
         answer = selectors.answer_for_confirmation(confirmation, tool_args=args)
         answer.hook_decisions = stored.get("hook_decisions", [])
-        answer.side_effects = [*stored.get("side_effects", []), "idempotent_replay"]
-        return answer
-    return PreToolUseAnswer(
-        decision=stored.get("decision", call.decision),
-        tool_args=args,
-        reason=stored.get("reason", call.reason),
-        side_effects=[*stored.get("side_effects", []), "idempotent_replay"],
-        hook_decisions=stored.get("hook_decisions", []),
-    )
+        answer.side_effects = [*stored.get("side_effects", []), IDEMPOTENT_REPLAY]
+    else:
+        answer = PreToolUseAnswer(
+            decision=stored.get("decision", call.decision),
+            tool_args=args,
+            reason=stored.get("reason", call.reason),
+            side_effects=[*stored.get("side_effects", []), IDEMPOTENT_REPLAY],
+            hook_decisions=stored.get("hook_decisions", []),
+        )
+    return selectors.unless_unrestorable(answer, lost)
+
+
+def _replayed_args(
+    call: ToolCall, stored: dict[str, Any], *, own_args: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """The arguments the first answer had, rebuilt for a repeat ask; and the masked paths it cannot rebuild."""
+    if stored.get("tool_args") is not None:
+        return stored["tool_args"], []
+    if "masked" in stored:
+        return replayed_args(call.tool_args, own=own_args, record=stored["masked"])
+    return own_args, []  # a record from before masks were noted: the agent's own arguments, as then

@@ -4,17 +4,12 @@ Claude Code's HTTP hook, which answers the edit as `updatedInput`."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import yaml
-from django.db import connection
 
-from approvals import services
-from approvals.models import ConfirmationRequest, ToolCall
-from channels_ext.base import Callback
+from approvals.models import ToolCall
 from gateway_client import ToolGate
+from tests.approved_call import EditingApprover
 from tests.conftest import apply_config
 from tests.gateway_client.conftest import coder_config, new_api_key
 from tests.gateway_client.test_claude_code import HttpHook, hook_json, pre_tool_use
@@ -32,34 +27,13 @@ def editable_key(transactional_db) -> str:
     return new_api_key("coder")
 
 
-def edits_when_asked(edits: dict) -> threading.Thread:
-    """alice, who edits the next pending request as soon as it appears, and approves it."""
-
-    def run() -> None:
-        try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                pending = ConfirmationRequest.objects.filter(status="pending").first()
-                if pending is not None:
-                    callback = Callback(confirmation_id=str(pending.pk), decision="approve", actor="alice", edits=edits)
-                    services.confirmation_respond(channel_name="web", callback=callback)
-                    return
-                time.sleep(0.05)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, name="editing-approver")
-    thread.start()
-    return thread
-
-
 def test_the_tool_gate_runs_what_the_approver_edited_and_reports_what_ran(live_gateway, editable_key, gateway_client):
     gate = ToolGate(gateway_client(live_gateway.url, editable_key, long_poll=2), session_id="s-edit")
-    approver = edits_when_asked({"command": "make test -k fast"})
+    approver = EditingApprover({"command": "make test -k fast"})
     ran_with: list[dict] = []
 
     outcome = gate.call(tool_name="Bash", tool_args={"command": "make test"}, run=lambda args: ran_with.append(args) or "ok")
-    approver.join(20)
+    approver.join()
 
     assert ran_with == [{"command": "make test -k fast"}]
     assert outcome.decision.tool_args == {"command": "make test -k fast"}
@@ -72,10 +46,10 @@ def test_the_tool_gate_runs_what_the_approver_edited_and_reports_what_ran(live_g
 
 def test_claude_code_gets_the_edit_as_updated_input(live_gateway, editable_key):
     hook = HttpHook(live_gateway.url, editable_key)
-    approver = edits_when_asked({"command": "rm -rf build/tmp"})
+    approver = EditingApprover({"command": "rm -rf build/tmp"})
 
     answer = hook.answer(hook_json("Bash", {"command": "rm -rf build"}))
-    approver.join(20)
+    approver.join()
     hook.http.close()
 
     reason = "approved by web:alice with edited arguments: command"

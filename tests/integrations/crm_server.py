@@ -1,6 +1,7 @@
 """A small CRM as an MCP server over streamable HTTP (the MCP SDK's own `MCPServer` under uvicorn, on
 127.0.0.1): the upstream the proxy reaches with `--upstream-url`. It records every tool call it runs,
-so a test can show a refused call never reached it."""
+so a test can show a refused call never reached it, and every HTTP request it serves (method and MCP
+session), so a test can see a session ended."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ PROFILE = (
 class CrmServer:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
+        self.requests: list[tuple[str, str | None]] = []  # (HTTP method, Mcp-Session-Id)
         server = MCPServer("crm", version="1.0")
 
         @server.tool(structured_output=False)
@@ -53,8 +55,18 @@ class CrmServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.sock = sock
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-        config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        app = server.streamable_http_app()
+
+        async def recorded(scope, receive, send):
+            if scope["type"] == "http":
+                session = dict(scope["headers"]).get(b"mcp-session-id")
+                self.requests.append((scope["method"], session.decode() if session else None))
+            await app(scope, receive, send)
+
+        # An open SSE stream holds a graceful stop: a second is plenty.
+        config = uvicorn.Config(recorded, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=lambda: asyncio.run(self.uvicorn.serve(sockets=[sock])), name="crm-mcp", daemon=True

@@ -1,0 +1,82 @@
+"""A naive MCP server over stdio, for the proxy's tests: `python echo_mcp_server.py LOG_FILE [--linger]`.
+
+Written without the MCP SDK on purpose: it runs every `tools/call` it reads, whatever its id (none,
+null, a float, inside a batch) — as a careless server might — so a test sees any call that reached it
+without the gateway. Each tool answers with the arguments it was called with, as JSON text and as
+structured content. `LOG_FILE` gets one JSON line per event: `{"pid": …}` at start, `{"received": line}`
+for every line read, `{"ran": tool, "arguments": …}` for every call run, `{"eof": true}` when stdin closes.
+With `--linger` it does not exit when stdin closes (as a careless server might not): it has to be stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+TOOLS = [
+    {
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "additionalProperties": True},
+    }
+    for name, description in (("pay_invoice", "Pay an invoice."), ("delete_customer", "Delete a customer."))
+]
+
+
+def main(log_path: str, linger: bool = False) -> None:
+    with open(log_path, "a", buffering=1) as log:
+
+        def note(**event: Any) -> None:
+            log.write(json.dumps(event) + "\n")
+
+        def send(message: dict[str, Any]) -> None:
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+        note(pid=os.getpid())
+        for line in sys.stdin:
+            note(received=line.rstrip("\n"))
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            for message in data if isinstance(data, list) else [data]:
+                if not isinstance(message, dict) or "method" not in message:
+                    continue  # a response to a request of ours (we make none), or junk
+                answer = handle(message, note)
+                if "id" in message and answer is not None:
+                    send({"jsonrpc": "2.0", "id": message["id"], **answer})
+        note(eof=True)
+        while linger:
+            time.sleep(60)
+
+
+def handle(message: dict[str, Any], note: Any) -> dict[str, Any] | None:
+    method, params = message["method"], message.get("params") or {}
+    if method == "tools/call":
+        arguments = params.get("arguments") or {}
+        note(ran=params.get("name"), arguments=arguments)
+        text = json.dumps(arguments, sort_keys=True)
+        return {"result": {"content": [{"type": "text", "text": text}], "structuredContent": arguments}}
+    if method == "initialize":
+        return {
+            "result": {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "echo", "version": "1.0"},
+            }
+        }
+    if method == "tools/list":
+        return {"result": {"tools": TOOLS}}
+    if method == "ping":
+        return {"result": {}}
+    if method.startswith("notifications/"):
+        return None
+    return {"error": {"code": -32601, "message": f"method not found: {method}"}}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], linger="--linger" in sys.argv[2:])
