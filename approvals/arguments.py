@@ -151,10 +151,6 @@ def _strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=_not_finite, parse_float=_finite_float)
 
 
-def masked_paths(real: Any, stored: Any, prefix: str = "") -> set[str]:
-    """The paths whose stored value differs from the real one: what a mask (redact) replaced."""
-
-
 KeyPath = tuple[str | int, ...]  # exact keys (list items by int index); () is the whole arguments
 
 
