@@ -53,6 +53,9 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
+    "email": ChannelKind(
+        "channels_ext.email.config.EmailChannelConfig", "channels_ext.email.adapter.EmailAdapter", turn_cards=False
+    ),
 }
 
 Decision = Literal["approve", "reject"]
@@ -239,6 +242,9 @@ class DecisionOutcome:
 
 
 Decide = Callable[[Callback], DecisionOutcome]
+# The card of one request as it is now, for a page that only shows it (nothing is recorded);
+# None when there is no such request. Handed to `handle_link`, which gets no `decide`.
+Show = Callable[[str], CardView | None]
 
 
 class ChannelError(DeliveryFailed):
@@ -259,6 +265,9 @@ class ChannelAdapter:
 
     kind: ClassVar[str]
     config_model: ClassVar[type[ChannelConfigBase]]
+    # Whether its messages carry links a person opens in a browser (e-mail): a GET or HEAD of
+    # /channels/<name>/callback then reaches `handle_link`; for other kinds it is answered 405.
+    opens_links: ClassVar[bool] = False
 
     def __init__(self, name: str, config: BaseModel):
         self.name = name
@@ -278,6 +287,16 @@ class ChannelAdapter:
 
         Raise CallbackError for anything unauthenticated or malformed; nothing
         may be written before verification succeeds.
+        """
+        raise NotImplementedError
+
+    def handle_link(self, request: HttpRequest, show: Show) -> HttpResponse:
+        """A GET or HEAD of the callback URL (`opens_links`): a page that shows, never decides.
+
+        Link previewers and mail scanners fetch every link they see, so what a GET
+        may do is fixed here: it gets `show` (a read) and no `decide`; only a POST
+        from the page it draws reaches `handle_callback`. Raise CallbackError for a
+        link that is not one this channel made.
         """
         raise NotImplementedError
 
