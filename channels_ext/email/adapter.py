@@ -68,7 +68,9 @@ def _smtp_failure(what: str, err: Exception) -> ChannelError:
         # 421 (closing), 450-452 (mailbox busy, local error, storage; the usual answers to sending too fast).
         return ChannelError(message, permanent=err.smtp_code >= 500)
     if isinstance(err, smtplib.SMTPNotSupportedError):
-        return ChannelError(f"smtp {what} failed: the server does not offer {err} (check smtp_security)", permanent=True)
+        return ChannelError(
+            f"smtp {what} failed: {cards.one_line(str(err), 200)} (check smtp_security and smtp_username)", permanent=True
+        )
     if isinstance(err, ssl.SSLCertVerificationError):
         return ChannelError(f"smtp {what} failed: the server's certificate is not valid ({err.verify_message})", permanent=True)
     return ChannelError(f"smtp {what} failed: connection error ({type(err).__name__})")

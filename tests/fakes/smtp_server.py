@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 
 _HREF = re.compile(r'href="([^"]+)"')
 
@@ -82,18 +83,19 @@ class _Handler:
 class _BoundController(Controller):
     """aiosmtpd's threaded controller on a socket bound beforehand (port 0: a free port, no race)."""
 
-    def __init__(self, handler: Any, sock: socket.socket) -> None:
+    def __init__(self, handler: Any, sock: socket.socket, **smtp_options: Any) -> None:
         self._sock = sock
-        super().__init__(handler, hostname="127.0.0.1", port=sock.getsockname()[1])
+        super().__init__(handler, hostname="127.0.0.1", port=sock.getsockname()[1], **smtp_options)
 
     def _create_server(self):
         return self.loop.create_server(self._factory_invoker, sock=self._sock, ssl=self.ssl_context)
 
 
 class SmtpServer:
-    """aiosmtpd in a thread on 127.0.0.1:<free port>."""
+    """aiosmtpd in a thread on 127.0.0.1:<free port>; with `accounts` ({login: password}) it offers
+    AUTH (over plain text: a test server) and refuses mail from a client that has not logged in."""
 
-    def __init__(self) -> None:
+    def __init__(self, accounts: dict[str, str] | None = None) -> None:
         self._lock = threading.Lock()
         self._mails: list[ReceivedMail] = []
         self._refusals: dict[str, deque[str]] = {}
@@ -101,7 +103,15 @@ class SmtpServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        self.controller = _BoundController(_Handler(self), sock)
+        options: dict[str, Any] = {}
+        if accounts is not None:
+
+            def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+                known = isinstance(data, LoginPassword) and accounts.get(data.login.decode()) == data.password.decode()
+                return AuthResult(success=known, handled=False)  # aiosmtpd answers 535 itself
+
+            options = {"authenticator": authenticate, "auth_require_tls": False, "auth_required": True}
+        self.controller = _BoundController(_Handler(self), sock, **options)
 
     def start(self) -> SmtpServer:
         self.controller.start()
@@ -109,6 +119,12 @@ class SmtpServer:
 
     def stop(self) -> None:
         self.controller.stop()
+
+    def __enter__(self) -> SmtpServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def fail_next(self, reply: str, *, stage: str = "DATA", times: int = 1) -> None:
         """Answer the next `times` DATA (or RCPT) commands with `reply`, e.g. "451 4.7.1 Try again later"."""
