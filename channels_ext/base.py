@@ -53,6 +53,9 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
+    "telegram": ChannelKind(
+        "channels_ext.telegram.config.TelegramChannelConfig", "channels_ext.telegram.adapter.TelegramAdapter"
+    ),
     "email": ChannelKind(
         "channels_ext.email.config.EmailChannelConfig", "channels_ext.email.adapter.EmailAdapter", turn_cards=False
     ),
