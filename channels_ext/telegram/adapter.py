@@ -29,8 +29,8 @@ import dataclasses
 import hmac
 import json
 import logging
+import os
 import re
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -38,6 +38,7 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from telegram import (
+
     Bot,
     ForceReply,
     InlineKeyboardButton,
@@ -50,7 +51,6 @@ from telegram import (
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
-from telegram.warnings import PTBDeprecationWarning
 
 from channels_ext.base import (
     Callback,
@@ -70,6 +70,10 @@ from channels_ext.telegram.connection import TelegramPollingLink
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# python-telegram-bot 22 reports time periods (RetryAfter.retry_after) as timedeltas when this is set,
+# and warns on every 429 otherwise (its documented switch, read when the value is used).
+os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ANSWER_LIMIT = 200  # answerCallbackQuery's text
@@ -242,6 +246,8 @@ class TelegramAdapter(ChannelAdapter):
         try:
             return asyncio.run(run())
         except TelegramError as err:
+            if isinstance(err, BadRequest) and _NOT_MODIFIED in err.message.lower():
+                return None  # type: ignore[return-value]  # an edit to what the message already shows
             error = self.api_error(method, err)
             logger.warning("telegram channel %s: %s", self.name, error.message)
             raise error from None
@@ -252,9 +258,7 @@ class TelegramAdapter(ChannelAdapter):
         description = self.scrub(err.message)[:200]
         message = f"telegram {method} failed: {description}"
         if isinstance(err, RetryAfter):
-            with warnings.catch_warnings():  # the int form is deprecated in favour of a timedelta
-                warnings.simplefilter("ignore", PTBDeprecationWarning)
-                after = err.retry_after
+            after = err.retry_after  # a timedelta (PTB_TIMEDELTA above); a number if the environment says otherwise
             seconds = after if isinstance(after, int | float) else after.total_seconds()
             return ChannelError(f"telegram {method} failed: flood control (retry after {seconds:g} s)", retry_after=float(seconds))
         if isinstance(err, InvalidToken):
@@ -290,21 +294,17 @@ class TelegramAdapter(ChannelAdapter):
     def update_card(self, card: CardView, ref: MessageRef) -> None:
         """Edit the message to the request's state; once decided it loses its buttons."""
         chat_id, message_id = self._locate(ref)
-        try:
-            self.call(
-                "editMessageText",
-                lambda bot: bot.edit_message_text(
-                    text=cards.card_text(card),
-                    chat_id=chat_id,
-                    message_id=message_id,
-                    parse_mode=ParseMode.HTML,
-                    reply_markup=_markup(cards.keyboard(card, self.name)),
-                    link_preview_options=NO_PREVIEW,
-                ),
-            )
-        except ChannelError as err:
-            if _NOT_MODIFIED not in err.message:
-                raise
+        self.call(
+            "editMessageText",
+            lambda bot: bot.edit_message_text(
+                text=cards.card_text(card),
+                chat_id=chat_id,
+                message_id=message_id,
+                parse_mode=ParseMode.HTML,
+                reply_markup=_markup(cards.keyboard(card, self.name)),
+                link_preview_options=NO_PREVIEW,
+            ),
+        )
 
     def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
         """Redraw the message with `text` as a note, then reply under it mentioning the approvers still to answer."""
