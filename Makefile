@@ -5,13 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 INTEGRATIONS_STAMP := $(VENV)/.installed-integrations
+CHANNELS_STAMP := $(VENV)/.installed-channels
 
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gateway} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/5} \
 	GATEWAY_VAR_DIR=$(CURDIR)/var/test
 
-.PHONY: install install-integrations run test bench migrate
+.PHONY: install install-integrations install-channels run test bench migrate
 install: $(STAMP)
 
 $(STAMP): requirements.txt
@@ -27,13 +28,20 @@ $(INTEGRATIONS_STAMP): $(STAMP) requirements-integrations.txt
 	$(PY) -m pip install -q -r requirements-integrations.txt
 	touch $(INTEGRATIONS_STAMP)
 
+# The vendor SDKs of the optional channel kinds (a deployment installs the ones its channels use).
+install-channels: $(CHANNELS_STAMP)
+
+$(CHANNELS_STAMP): $(STAMP) requirements-channels.txt
+	$(PY) -m pip install -q -r requirements-channels.txt
+	touch $(CHANNELS_STAMP)
+
 migrate: install
 	$(PY) manage.py migrate --noinput
 
 run: install
 	$(PY) scripts/run.py
 
-test: install install-integrations
+test: install install-integrations install-channels
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)

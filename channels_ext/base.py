@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any, ClassVar, Literal
 
 from django.core import signing
@@ -45,6 +46,10 @@ class ChannelKind:
     # `update_card` and `notify_approvers` reach nothing outside): the gateway records such a
     # card as posted when the request is created and writes no outbox rows to draw or redraw it.
     draws_itself: bool = False
+    # The vendor SDK its adapter imports when it is not one of the server's own requirements:
+    # (module, the pinned requirement in requirements-channels.txt). A configured channel whose
+    # SDK is missing fails the system check (channels_ext.E003) instead of its first delivery.
+    requires: tuple[str, str] | None = None
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
@@ -54,7 +59,9 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
     "telegram": ChannelKind(
-        "channels_ext.telegram.config.TelegramChannelConfig", "channels_ext.telegram.adapter.TelegramAdapter"
+        "channels_ext.telegram.config.TelegramChannelConfig",
+        "channels_ext.telegram.adapter.TelegramAdapter",
+        requires=("telegram", "python-telegram-bot"),
     ),
     "email": ChannelKind(
         "channels_ext.email.config.EmailChannelConfig", "channels_ext.email.adapter.EmailAdapter", turn_cards=False
@@ -342,6 +349,12 @@ def self_drawing_kinds() -> list[str]:
 def has_turn_cards(kind: str) -> bool:
     """Whether a kind's cards list the calls of one turn (without importing its adapter)."""
     return _kind(kind).turn_cards
+
+
+def missing_requirement(kind: str) -> str | None:
+    """The requirement to install (`python-telegram-bot`) if a kind's vendor SDK is not importable; else None."""
+    needed = _kind(kind).requires
+    return needed[1] if needed is not None and find_spec(needed[0]) is None else None
 
 
 def get_config_model(kind: str) -> type[ChannelConfigBase]:
