@@ -1,7 +1,7 @@
 """`python manage.py channel_connections`: hold the outbound connections of channels in
-mode `socket` (Slack Socket Mode) or `long_connection` (Feishu/Lark), so the gateway
-needs no public URL. See channels_ext/connections/runner.py, docs/slack.md §7 and
-docs/feishu.md §7."""
+mode `socket` (Slack Socket Mode), `long_connection` (Feishu/Lark) or `polling` (Telegram's
+getUpdates), so the gateway needs no public URL. See channels_ext/connections/runner.py,
+docs/slack.md §7, docs/feishu.md §7 and docs/telegram.md §6."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ EXIT_REFUSED = 2  # a vendor refused a channel's credentials
 
 class Command(BaseCommand):
     help = (
-        "Hold the outbound connections of channels with mode: socket (Slack) or mode: long_connection "
-        "(Feishu/Lark): one per channel, reconnecting with backoff, re-reading the channels as they change. "
+        "Hold the outbound connections of channels with mode: socket (Slack), mode: long_connection "
+        "(Feishu/Lark) or mode: polling (Telegram): one per channel, reconnecting with backoff, re-reading the "
+        "channels as they change. "
         f"Exits {EXIT_REFUSED} when a vendor refuses a channel's credentials."
     )
 
