@@ -141,6 +141,22 @@ def actor_label(actor_id: str, name: str = "") -> str:
     return f"{name} ({actor_id})"
 
 
+def argument_value(args: Any, path: str) -> Any:
+    """The value at a dotted argument path (`shipping.city`, `items.0`) of a card's arguments; None if absent.
+
+    What an edit form shows as an editable argument's current value (the paths are `CardView.editable_paths`).
+    """
+    value = args
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class CardItem:
     """One call on a turn's card (several calls of one agent turn, shown and decided together)."""

@@ -39,6 +39,7 @@ from channels_ext.base import (
     Decide,
     MessageRef,
     Show,
+    argument_value,
     split_actor,
 )
 from channels_ext.email import cards
@@ -320,13 +321,7 @@ def _action_label(link: Link | None, card: CardView | None) -> str:
 def _edit_fields(card: CardView, typed: Any) -> list[dict[str, str]]:
     fields = []
     for number, path in enumerate(card.editable_paths[:MAX_EDIT_FIELDS]):
-        value: Any = card.tool_args
-        for key in path.split("."):
-            if isinstance(value, list) and key.isdigit() and int(key) < len(value):
-                value = value[int(key)]
-            else:
-                value = value.get(key) if isinstance(value, dict) else None
-        current = json.dumps(value, ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         text = (typed or {}).get(f"edit.{path}", current)
         fields.append({"id": f"edit-{number}", "path": path, "name": f"edit.{path}", "text": text})
     return fields

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
+from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, split_actor
 
 APPROVE_BUTTON_NAME = "approve"
 REJECT_BUTTON_NAME = "reject"
@@ -207,18 +207,6 @@ def _callback(decision: str, confirmation_id: str, **more: Any) -> list[dict[str
     return [{"type": "callback", "value": value}]
 
 
-def _path_value(args: Any, path: str) -> Any:
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
-
-
 def scope_buttons(card: CardView) -> list[dict[str, Any]]:
     """"Approve for this session …" / "Approve for 30 min …": the scopes the gate offers, stated on the buttons."""
     return [
@@ -242,7 +230,7 @@ def edit_form(card: CardView) -> dict[str, Any]:
     paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
     inputs = []
     for number, path in enumerate(paths):
-        current = json.dumps(_path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         field: dict[str, Any] = {
             "tag": "input",
             "name": f"{EDIT_INPUT_PREFIX}{number}",

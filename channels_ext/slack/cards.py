@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, split_actor
+from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, split_actor
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
@@ -354,7 +354,7 @@ def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
         _mrkdwn_section(subject + "\nEach value is JSON (text needs quotes). Approve runs the call with these values."),
     ]
     for number, path in enumerate(card.editable_paths[:MAX_EDIT_FIELDS]):
-        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         element: dict[str, Any] = {
             "type": "plain_text_input",
             "action_id": EDIT_ACTION_ID,
@@ -375,19 +375,6 @@ def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
         "private_metadata": private_metadata,
         "blocks": blocks,
     }
-
-
-def path_value(args: Any, path: str) -> Any:
-    """The value at a dotted argument path (None if absent)."""
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
 
 
 def reject_modal(card: CardView | None, *, private_metadata: str) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from channels_ext.base import (
     Decide,
     DecisionOutcome,
     MessageRef,
+    argument_value,
 )
 from channels_ext.connections.link import ChannelLink
 from channels_ext.telegram import buttons, cards
@@ -423,7 +424,7 @@ class TelegramAdapter(ChannelAdapter):
             question = f"{name}, why are you rejecting {what}? Reply to this message with your reason; the agent is told it."
             placeholder, answer = "Your reason", "Reply to my message below with your reason."
         else:
-            current = {path: _path_value(card.tool_args, path) for path in card.editable_paths}
+            current = {path: argument_value(card.tool_args, path) for path in card.editable_paths}
             question = (
                 f"{name}, reply to this message with the new values as JSON, then the call is approved with them. "
                 f"Editable: {', '.join(card.editable_paths)}. Now: {cards.cut(json.dumps(current, ensure_ascii=False), 1500)}"
@@ -514,14 +515,3 @@ class TelegramAdapter(ChannelAdapter):
         except ChannelError:
             pass  # logged by call(); the decision stands, only the note is lost
 
-
-def _path_value(args: Any, path: str) -> Any:
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 from django.conf import settings
 
-from tests.channels_ext.contract import TOOL
+from tests.channels_ext.contract import purchasing_gate
 from tests.conftest import apply_config
 from tests.fakes.smtp_server import ReceivedMail, SmtpServer
 from tests.support import wait_until
@@ -51,22 +51,8 @@ def configure(
     channel_keys: dict[str, Any] | None = None,
 ) -> None:
     """The e-mail channel and purchasing-bot's gate on TOOL, whose approvers are `approvers`."""
-    listed = ", ".join(f'"{a}"' for a in approvers)
-    timeout = "null" if timeout_seconds is None else timeout_seconds
-    apply_config(
-        f"""
-channels:{channel_yaml(smtp, **(channel_keys or {}))}
-agents:
-  - name: purchasing-bot
-    hooks:
-      - kind: approval_gate
-        name: finance-gate
-        tools: ["{TOOL}"]
-        channel: {CHANNEL}
-        approvers: [{listed}]
-        timeout_seconds: {timeout}
-{gate_keys}"""
-    )
+    channels = "channels:" + channel_yaml(smtp, **(channel_keys or {}))
+    apply_config(channels + purchasing_gate(CHANNEL, list(approvers), timeout_seconds=timeout_seconds, more=gate_keys))
 
 
 def on_gateway(live_gateway: Any, url: str) -> str:

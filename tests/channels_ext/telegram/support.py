@@ -11,7 +11,7 @@ import httpx
 
 from approvals.models import Outbox
 from channels_ext.telegram import buttons
-from tests.channels_ext.contract import TOOL, Person, Told
+from tests.channels_ext.contract import Person, Told, purchasing_gate
 from tests.conftest import apply_config
 from tests.fakes.telegram_api import BOT_TOKEN, FakeTelegram, reply, tap, user
 from tests.support import wait_until
@@ -47,21 +47,9 @@ def configure(
     gate_keys: str = "",
     channel_keys: dict[str, Any] | None = None,
 ) -> None:
-    listed = ", ".join(f'"{a["id"]}"' for a in approvers)
-    apply_config(
-        f"""
-channels:{channel_yaml(fake, mode=mode, **(channel_keys or {}))}
-agents:
-  - name: purchasing-bot
-    hooks:
-      - kind: approval_gate
-        name: finance-gate
-        tools: ["{TOOL}"]
-        channel: {CHANNEL}
-        approvers: [{listed}]
-        timeout_seconds: {timeout_seconds}
-{gate_keys}"""
-    )
+    channels = "channels:" + channel_yaml(fake, mode=mode, **(channel_keys or {}))
+    ids = [str(a["id"]) for a in approvers]
+    apply_config(channels + purchasing_gate(CHANNEL, ids, timeout_seconds=timeout_seconds, more=gate_keys))
 
 
 @dataclasses.dataclass(frozen=True)
