@@ -65,6 +65,9 @@ class EmailDriver:
 
     def card(self, confirmation_id: str) -> MailedCard:
         mails = card_mails(self.smtp, (ALICE, BOB))
+        # The mail is out a moment before the worker records the delivery (and its event).
+        sent = Outbox.objects.filter(confirmation_id=confirmation_id, kind="card", status="sent")
+        wait_until(sent.exists, what="the card's delivery to be recorded")
         card = MailedCard(confirmation_id, mails)
         for recipient in (ALICE, BOB):
             link = read_link(CHANNEL, token_of(card.link(recipient, "Approve")))
