@@ -326,6 +326,15 @@ class ChannelAdapter:
         """
         raise NotImplementedError
 
+    def setup(self, callback_url: str) -> str:
+        """Tell the vendor, through its API, how this channel's callbacks reach the gateway
+        (`manage.py channel_setup`; Telegram's setWebhook). Returns one sentence saying what was
+        done; raises ChannelError if the vendor refuses. Kinds that are set up in the vendor's
+        console raise NotImplementedError, saying so."""
+        raise NotImplementedError(
+            f"{self.kind} channels are set up in the vendor's console, not by the gateway (docs/{self.kind}.md)"
+        )
+
     def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
         """Re-ping pending approvers (reminders). Default: redraw the card with a note."""
         self.update_card(dataclasses.replace(card, note=text), ref)

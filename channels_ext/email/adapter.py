@@ -21,7 +21,7 @@ import logging
 import smtplib
 import ssl
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
@@ -84,8 +84,6 @@ class EmailAdapter(ChannelAdapter):
     config_model = EmailChannelConfig
     config: EmailChannelConfig
     opens_links = True
-
-    edit_fields_limit: ClassVar[int] = MAX_EDIT_FIELDS
 
     # --- outbound ---------------------------------------------------------
 
@@ -257,7 +255,7 @@ class EmailAdapter(ChannelAdapter):
         for field, typed in request.POST.items():
             if not field.startswith("edit."):
                 continue
-            if len(edits) >= self.edit_fields_limit or len(typed) > EDIT_VALUE_LIMIT:
+            if len(edits) >= MAX_EDIT_FIELDS or len(typed) > EDIT_VALUE_LIMIT:
                 return "Too many or too long values.", {}
             try:
                 edits[field.removeprefix("edit.")] = json.loads(typed)

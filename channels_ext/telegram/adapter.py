@@ -66,7 +66,7 @@ from channels_ext.base import (
 from channels_ext.connections.link import ChannelLink
 from channels_ext.telegram import buttons, cards
 from channels_ext.telegram.config import TelegramChannelConfig
-from channels_ext.telegram.connection import TelegramPollingLink
+from channels_ext.telegram.connection import ALLOWED_UPDATES, TelegramPollingLink
 
 logger = logging.getLogger(__name__)
 
@@ -365,6 +365,20 @@ class TelegramAdapter(ChannelAdapter):
     def open_connection(self, decide: Decide) -> ChannelLink:
         """The getUpdates long polling that brings this channel's updates (mode: polling)."""
         return TelegramPollingLink(self, decide)
+
+    def setup(self, callback_url: str) -> str:
+        """`mode: http`: set the bot's webhook to `callback_url`, with the channel's secret token;
+        `mode: polling`: remove any webhook (Telegram refuses getUpdates while one is set)."""
+        if self.config.mode == "polling":
+            self.call("deleteWebhook", lambda bot: bot.delete_webhook(drop_pending_updates=False))
+            return "Telegram's webhook is removed: `manage.py channel_connections` fetches the updates."
+        self.call(
+            "setWebhook",
+            lambda bot: bot.set_webhook(
+                callback_url, secret_token=self.config.webhook_secret, allowed_updates=ALLOWED_UPDATES
+            ),
+        )
+        return f"Telegram POSTs the bot's updates to {callback_url}, with the channel's secret token."
 
     def _on_tap(self, query: _CallbackQuery, decide: Decide) -> None:
         peeked = buttons.peek(query.data)

@@ -240,6 +240,8 @@ class FakeTelegram:
         return self._ok(True)
 
     def _api_setWebhook(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if params.get("url") and not str(params["url"]).startswith("https://"):
+            return self._bad("Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
         with self._lock:
             self.webhook = dict(params) if params.get("url") else None
         return self._ok(True)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
+import uuid
 
 import pytest
 from django.utils import timezone
 
 from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
 from approvals.tasks import run_timers
-from channels_ext.telegram import buttons
+from channels_ext.base import CardItem, CardView
+from channels_ext.telegram import buttons, cards
 from tests.channels_ext.contract import TOOL, request_state
 from tests.channels_ext.telegram.support import (
     ALICE,
@@ -77,6 +80,38 @@ def test_the_card_is_html_with_buttons_whose_data_fits_telegrams_64_bytes(agent,
         assert buttons.read_button(CHANNEL, data).confirmation_id == confirmation_id
     row = Outbox.objects.get(kind="card")
     assert row.message_ref == {"chat_id": int(CHAT_ID), "message_id": fake_telegram.sent()[0]["message_id"]}
+
+
+def _card(**more) -> CardView:
+    defaults = dict(
+        confirmation_id=str(uuid.uuid4()), agent="a" * 300, tool_name="t" * 300, tool_args={"memo": "&<" * 3000},
+        user_id="u" * 300, session_id="s" * 300, reason="r" * 2000, hook="h" * 300, status="pending",
+        url="https://gateway.example/approvals/1/", approvers=tuple(str(10**8 + n) for n in range(40)),
+    )  # fmt: skip
+    return CardView(**{**defaults, **more})
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        _card(),
+        _card(status="approved", decided_by="telegram:111", decided_by_name="n" * 500, decision_reason="&" * 3000,
+              approved_args={"memo": "<>" * 3000}, note="note " * 500, escalated=True, approvals_required=3,
+              approved_by=tuple(f"telegram:{n}" for n in range(3))),  # fmt: skip
+        _card(items=tuple(
+            CardItem(str(uuid.uuid4()), "t" * 300, {"k": "&" * 1000}, "rejected", "telegram:1", "n" * 300, "&" * 1000)
+            for _ in range(15)
+        )),  # fmt: skip
+    ],
+    ids=["pending", "decided-and-edited", "turn"],
+)
+def test_any_card_stays_within_telegrams_4096_characters_and_its_html_stays_whole(card):
+    text = cards.card_text(card)
+
+    assert cards.visible_length(text) <= cards.TEXT_LIMIT
+    # Cut before escaping: no entity or tag is left half-written.
+    assert re.fullmatch(r"(?:[^&<>]|&(?:amp|lt|gt|quot);|<[^<>]+>)*", text, re.S)
+    assert text.count("<pre>") == text.count("</pre>") and text.count("<a ") == text.count("</a>")
 
 
 def test_a_button_whose_data_was_changed_or_made_for_another_channel_is_refused(agent, fake_telegram, telegram):
