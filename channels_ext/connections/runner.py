@@ -262,7 +262,8 @@ class ConnectionRunner:
         if not wanted and self._problems.get("") != "none":
             self._problems[""] = "none"
             logger.info(
-                "no channel uses a connection mode (socket, long_connection, polling) yet; re-reading the channels every %g s",
+                "no channel uses a connection mode (socket, long_connection, polling) yet; "
+                "re-reading the channels every %g s",
                 self.reload_seconds,
             )
         elif wanted:

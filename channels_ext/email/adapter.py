@@ -43,7 +43,7 @@ from channels_ext.base import (
     split_actor,
 )
 from channels_ext.email import cards
-from channels_ext.email.config import EmailChannelConfig
+from channels_ext.email.config import EmailChannelConfig, checked_address
 from channels_ext.email.links import APPROVE, EDIT, GRANT_PREFIX, REJECT, BadLink, Link, link_token, read_link
 
 logger = logging.getLogger(__name__)
@@ -70,10 +70,13 @@ def _smtp_failure(what: str, err: Exception) -> ChannelError:
         return ChannelError(message, permanent=err.smtp_code >= 500)
     if isinstance(err, smtplib.SMTPNotSupportedError):
         return ChannelError(
-            f"smtp {what} failed: {cards.one_line(str(err), 200)} (check smtp_security and smtp_username)", permanent=True
+            f"smtp {what} failed: {cards.one_line(str(err), 200)} (check smtp_security and smtp_username)",
+            permanent=True,
         )
     if isinstance(err, ssl.SSLCertVerificationError):
-        return ChannelError(f"smtp {what} failed: the server's certificate is not valid ({err.verify_message})", permanent=True)
+        return ChannelError(
+            f"smtp {what} failed: the server's certificate is not valid ({err.verify_message})", permanent=True
+        )
     return ChannelError(f"smtp {what} failed: connection error ({type(err).__name__})")
 
 
@@ -142,7 +145,15 @@ class EmailAdapter(ChannelAdapter):
 
     def recipients(self, card: CardView) -> list[str]:
         """Who is mailed: the gate's approvers (e-mail addresses), or the channel's `recipients` if it lists none."""
-        return list(dict.fromkeys(card.approvers or self.config.recipients))
+        recipients = list(dict.fromkeys(card.approvers or self.config.recipients))
+        for address in recipients:
+            try:
+                checked_address(address)
+            except ValueError:
+                raise ChannelError(
+                    f"the approvers of an email channel are e-mail addresses; {address!r} is not one", permanent=True
+                ) from None
+        return recipients
 
     def links(self, card: CardView, recipient: str) -> cards.Links:
         """`recipient`'s action links for `card`, in the order the message shows them."""
@@ -152,7 +163,9 @@ class EmailAdapter(ChannelAdapter):
             return self.link_url(Link(card.confirmation_id, recipient, action, expires))
 
         actions = [("Approve", url(APPROVE), "approve")]
-        actions += [(f"Approve {label}", url(f"{GRANT_PREFIX}{n}"), "approve") for n, label in enumerate(card.grant_options)]
+        actions += [
+            (f"Approve {label}", url(f"{GRANT_PREFIX}{n}"), "approve") for n, label in enumerate(card.grant_options)
+        ]
         if card.editable_paths:
             actions.append(("Edit, then approve", url(EDIT), "other"))
         actions.append(("Reject", url(REJECT), "reject"))
@@ -260,7 +273,11 @@ class EmailAdapter(ChannelAdapter):
             try:
                 edits[field.removeprefix("edit.")] = json.loads(typed)
             except ValueError as exc:
-                return f"The value of {field.removeprefix('edit.')} is not valid JSON ({exc.msg}); text needs quotes: \"like this\".", {}
+                return (
+                    f'The value of {field.removeprefix("edit.")} is not valid JSON ({exc.msg}); '
+                    'text needs quotes: "like this".',
+                    {},
+                )
         return "", {"edits": edits}
 
     def _page(
@@ -287,7 +304,9 @@ class EmailAdapter(ChannelAdapter):
             "outcome": cards.outcome_line(card) if card is not None and not card.is_pending else "",
             "facts": cards.facts(card) if card is not None else [],
             "arguments": cards.arguments(card.tool_args) if card is not None else [],
-            "approved_arguments": cards.arguments(card.approved_args) if card and card.approved_args is not None else [],
+            "approved_arguments": cards.arguments(card.approved_args)
+            if card and card.approved_args is not None
+            else [],
             "edit_fields": _edit_fields(card, typed) if link and link.action == EDIT and card else [],
             "reason": (typed or {}).get("reason", ""),
             "reason_max_length": REASON_MAX_LENGTH,

@@ -64,7 +64,7 @@ def _value(value: Any) -> str:
 
 
 def subject(card: CardView) -> str:
-    """"Approval needed: purchasing-bot wants to run oa__purchase_pay"."""
+    """ "Approval needed: purchasing-bot wants to run oa__purchase_pay"."""
     return one_line(f"Approval needed: {card.agent} wants to run {card.tool_name}", SUBJECT_LIMIT)
 
 
@@ -124,7 +124,9 @@ def _text_block(card: CardView, now: dt.datetime | None) -> list[str]:
 
 def _html_block(card: CardView, now: dt.datetime | None) -> str:
     rows = format_html_join(
-        "", '<tr><th align="left" style="padding:2px 12px 2px 0;color:#5d6677">{}</th><td>{}</td></tr>', facts(card, now=now)
+        "",
+        '<tr><th align="left" style="padding:2px 12px 2px 0;color:#5d6677">{}</th><td>{}</td></tr>',
+        facts(card, now=now),
     )
     args = format_html_join(
         "", '<tr><th align="left" style="padding:2px 12px 2px 0">{}</th><td><code>{}</code></td></tr>',
@@ -184,7 +186,9 @@ def card_mail(card: CardView, links: Links, *, note: str = "", now: dt.datetime 
         card.url,
     )
     title = subject(card)
-    return Mail(subject=f"Reminder: {title}" if note else title, text="\n".join(text_lines) + "\n", html=_page(title, body))
+    return Mail(
+        subject=f"Reminder: {title}" if note else title, text="\n".join(text_lines) + "\n", html=_page(title, body)
+    )
 
 
 def decided_mail(card: CardView) -> Mail:
@@ -193,7 +197,8 @@ def decided_mail(card: CardView) -> Mail:
     after = "The links in the earlier message no longer decide anything."
     text = "\n".join([line, "", *_text_block(card, None), "", after, f"The request: {card.url}"]) + "\n"
     body = format_html(
-        '<p style="font-weight:600">{}</p>{}<p style="color:#5d6677;font-size:13px">{} <a href="{}">The request</a>.</p>',
+        '<p style="font-weight:600">{}</p>{}'
+        '<p style="color:#5d6677;font-size:13px">{} <a href="{}">The request</a>.</p>',
         line,
         _html_block(card, None),
         after,

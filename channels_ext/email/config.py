@@ -32,7 +32,8 @@ def checked_address(value: str) -> str:
 class EmailChannelConfig(ChannelConfigBase):
     kind: Literal["email"]
     from_address: str = Field(
-        min_length=3, description='The sender of every message: "approvals@example.com" or "Approvals <approvals@example.com>".'
+        min_length=3,
+        description='The sender of every message: "approvals@example.com" or "Approvals <approvals@example.com>".',
     )
     recipients: list[str] = Field(
         default=[],

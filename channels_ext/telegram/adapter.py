@@ -38,7 +38,6 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from telegram import (
-
     Bot,
     ForceReply,
     InlineKeyboardButton,
@@ -208,7 +207,9 @@ def _utf16(text: str) -> int:
 def _markup(rows: cards.Keyboard) -> InlineKeyboardMarkup | None:
     if not rows:
         return None
-    return InlineKeyboardMarkup([[InlineKeyboardButton(label, callback_data=data) for label, data in row] for row in rows])
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(label, callback_data=data) for label, data in row] for row in rows]
+    )
 
 
 class TelegramAdapter(ChannelAdapter):
@@ -227,7 +228,9 @@ class TelegramAdapter(ChannelAdapter):
         return _TOKEN.sub("<bot token>", text.replace(self.config.bot_token, "<bot token>"))
 
     def new_bot(self, request: HTTPXRequest) -> Bot:
-        return Bot(self.config.bot_token, base_url=self.config.api_base_url, request=request, get_updates_request=request)
+        return Bot(
+            self.config.bot_token, base_url=self.config.api_base_url, request=request, get_updates_request=request
+        )
 
     def call(self, method: str, send: Callable[[Bot], Awaitable[T]]) -> T:
         """Run one Bot API call on a loop of its own; every failure leaves as a classed ChannelError."""
@@ -261,12 +264,17 @@ class TelegramAdapter(ChannelAdapter):
         if isinstance(err, RetryAfter):
             after = err.retry_after  # a timedelta (PTB_TIMEDELTA above); a number if the environment says otherwise
             seconds = after if isinstance(after, int | float) else after.total_seconds()
-            return ChannelError(f"telegram {method} failed: flood control (retry after {seconds:g} s)", retry_after=float(seconds))
+            return ChannelError(
+                f"telegram {method} failed: flood control (retry after {seconds:g} s)", retry_after=float(seconds)
+            )
         if isinstance(err, InvalidToken):
-            return ChannelError(f"telegram {method} failed: the bot token was refused (check bot_token)", permanent=True)
+            return ChannelError(
+                f"telegram {method} failed: the bot token was refused (check bot_token)", permanent=True
+            )
         if isinstance(err, ChatMigrated):
             return ChannelError(
-                f"telegram {method} failed: the group became a supergroup; set chat_id to {err.new_chat_id}", permanent=True
+                f"telegram {method} failed: the group became a supergroup; set chat_id to {err.new_chat_id}",
+                permanent=True,
             )
         if isinstance(err, Forbidden | BadRequest):
             return ChannelError(message, permanent=True)
@@ -404,7 +412,9 @@ class TelegramAdapter(ChannelAdapter):
         if button.action == buttons.EDIT:
             outcome = decide(dataclasses.replace(click, dry_run=True, dedupe_key=""))
             if outcome.applied and outcome.card is not None and not outcome.card.editable_paths:
-                outcome = dataclasses.replace(outcome, applied=False, message="This request's gate does not allow editing.")
+                outcome = dataclasses.replace(
+                    outcome, applied=False, message="This request's gate does not allow editing."
+                )
             self._ask(query, outcome, user, "edit", None)
         elif button.decision == "reject":
             outcome = decide(dataclasses.replace(click, dry_run=True, dedupe_key=""))
@@ -435,20 +445,25 @@ class TelegramAdapter(ChannelAdapter):
         name = user.display_name
         if kind == "reason":
             what = f"the {len(shown)} pending calls of this turn" if shown else cards.cut(card.tool_name, 100)
-            question = f"{name}, why are you rejecting {what}? Reply to this message with your reason; the agent is told it."
+            question = (
+                f"{name}, why are you rejecting {what}? Reply to this message with your reason; the agent is told it."
+            )
             placeholder, answer = "Your reason", "Reply to my message below with your reason."
         else:
             current = {path: argument_value(card.tool_args, path) for path in card.editable_paths}
             question = (
                 f"{name}, reply to this message with the new values as JSON, then the call is approved with them. "
-                f"Editable: {', '.join(card.editable_paths)}. Now: {cards.cut(json.dumps(current, ensure_ascii=False), 1500)}"
+                f"Editable: {', '.join(card.editable_paths)}. "
+                f"Now: {cards.cut(json.dumps(current, ensure_ascii=False), 1500)}"
             )
             placeholder, answer = '{"amount": 100}', "Reply to my message below with the new values."
         link = "Open in browser"
         text = f"{question}\n{link}"
         entities = [
             MessageEntity(MessageEntity.TEXT_MENTION, 0, _utf16(name), user=User(user.id, name, is_bot=False)),
-            MessageEntity(MessageEntity.TEXT_LINK, _utf16(question) + 1, _utf16(link), url=f"{card.url}{PROMPT_MARK}{token}"),
+            MessageEntity(
+                MessageEntity.TEXT_LINK, _utf16(question) + 1, _utf16(link), url=f"{card.url}{PROMPT_MARK}{token}"
+            ),
         ]
         self._answer(query.id, answer, alert=False)
         self.call(
@@ -465,7 +480,12 @@ class TelegramAdapter(ChannelAdapter):
 
     def _on_reply(self, message: _Message, decide: Decide) -> None:
         replied = message.reply_to_message
-        if replied is None or replied.sender is None or replied.sender.id != self.config.bot_id or message.sender is None:
+        if (
+            replied is None
+            or replied.sender is None
+            or replied.sender.id != self.config.bot_id
+            or message.sender is None
+        ):
             return  # not a reply to this bot
         token = next((e.url.split(PROMPT_MARK, 1)[1] for e in replied.entities if PROMPT_MARK in e.url), None)
         if token is None:
@@ -497,7 +517,9 @@ class TelegramAdapter(ChannelAdapter):
             try:
                 edits = json.loads(text)
             except ValueError as exc:
-                self._reply(message, f"That is not valid JSON ({exc.msg}); reply with an object such as {{\"amount\": 100}}.")
+                self._reply(
+                    message, f'That is not valid JSON ({exc.msg}); reply with an object such as {{"amount": 100}}.'
+                )
                 return
             if not isinstance(edits, dict) or not edits:
                 self._reply(message, 'Reply with a JSON object of the values to change, such as {"amount": 100}.')
@@ -528,4 +550,3 @@ class TelegramAdapter(ChannelAdapter):
             )
         except ChannelError:
             pass  # logged by call(); the decision stands, only the note is lost
-

@@ -53,6 +53,7 @@ def visible_length(text: str) -> int:
     """How long Telegram counts an HTML text: without its tags, entities as one character."""
     return len(html.unescape(_TAG.sub("", text)))
 
+
 _OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 
 
@@ -92,7 +93,11 @@ def _args(args: dict[str, Any], limit: int, value_limit: int, *, sep: str = "\n"
         return "(no arguments)"
     lines = []
     for key, value in args.items():
-        rendered = value if isinstance(value, str) and "\n" not in value else json.dumps(value, ensure_ascii=False, default=str)
+        rendered = (
+            value
+            if isinstance(value, str) and "\n" not in value
+            else json.dumps(value, ensure_ascii=False, default=str)
+        )
         lines.append(f"{key} = {cut(str(rendered), value_limit)}")
     return html.escape(cut(sep.join(lines), limit), quote=False)
 
@@ -124,7 +129,9 @@ def _details(card: CardView, now: dt.datetime | None, limits: Limits) -> list[st
     if card.approvals_required > 1:
         progress = f"<b>Approvals:</b> {len(card.approved_by)} of {card.approvals_required}"
         if card.approved_by:
-            progress += " (" + ", ".join(person(who, limit=limits.name) for who in card.approved_by[: limits.people]) + ")"
+            progress += (
+                " (" + ", ".join(person(who, limit=limits.name) for who in card.approved_by[: limits.people]) + ")"
+            )
         lines.append(progress)
     if card.approvers:
         shown = ", ".join(person(who, limit=limits.name) for who in card.approvers[: limits.people])
@@ -165,9 +172,13 @@ def _notes(card: CardView, limits: Limits) -> list[str]:
 def _turn_text(card: CardView, now: dt.datetime | None, limits: Limits) -> str:
     """A turn's card: the calls one agent turn made, numbered, each with its outcome once decided."""
     pending = card.pending_items
-    title = f"Approval needed: {len(pending)} of {len(card.items)} calls of one turn" if pending else "Calls of one turn"
+    title = (
+        f"Approval needed: {len(pending)} of {len(card.items)} calls of one turn" if pending else "Calls of one turn"
+    )
     lines = [f"<b>{title}</b>", *_notes(card, limits)]
-    lines.append(f"<b>Agent:</b> {esc(card.agent, limits.name)} · <b>End user:</b> {esc(card.user_id, limits.name) or '—'}")
+    lines.append(
+        f"<b>Agent:</b> {esc(card.agent, limits.name)} · <b>End user:</b> {esc(card.user_id, limits.name) or '—'}"
+    )
     for number, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1):
         args = _args(item.tool_args, limits.item_args, limits.arg_value, sep=" · ")
         line = f"{number}. <code>{esc(item.tool_name, limits.item_name)}</code> {args}"
@@ -218,8 +229,14 @@ def _turn_keyboard(card: CardView, channel: str) -> Keyboard:
     if len(shown) > 1:
         rows.append(
             [
-                (f"✅ Approve all {len(shown)}", buttons.button_data(channel, buttons.APPROVE_ALL, card.confirmation_id, shown)),
-                (f"❌ Reject all {len(shown)}…", buttons.button_data(channel, buttons.REJECT_ALL, card.confirmation_id, shown)),
+                (
+                    f"✅ Approve all {len(shown)}",
+                    buttons.button_data(channel, buttons.APPROVE_ALL, card.confirmation_id, shown),
+                ),
+                (
+                    f"❌ Reject all {len(shown)}…",
+                    buttons.button_data(channel, buttons.REJECT_ALL, card.confirmation_id, shown),
+                ),
             ]
         )
     return rows

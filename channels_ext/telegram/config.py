@@ -56,7 +56,9 @@ class TelegramChannelConfig(ChannelConfigBase):
     @field_validator("chat_id", mode="before")
     @classmethod
     def _chat_id_as_text(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value  # YAML reads -100… as a number
+        return (
+            str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        )  # YAML reads -100… as a number
 
     @field_validator("webhook_secret", mode="before")
     @classmethod

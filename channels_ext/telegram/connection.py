@@ -94,7 +94,8 @@ class TelegramPollingLink:
             ) from None
         except Conflict as err:
             raise ConnectionError(
-                f"Telegram refused getUpdates: {self.adapter.scrub(err.message)[:200]} (only one process may poll a bot)"
+                f"Telegram refused getUpdates: {self.adapter.scrub(err.message)[:200]} "
+                "(only one process may poll a bot)"
             ) from None
         except (NetworkError, TelegramError) as err:
             raise ConnectionError(f"getUpdates failed: {self.adapter.scrub(err.message)[:200]}") from None
@@ -103,6 +104,8 @@ class TelegramPollingLink:
         try:
             self.adapter.handle_update(update, self.decide)
         except CallbackError as exc:
-            logger.warning("telegram channel %s: update %s refused: %s", self.name, update.get("update_id"), exc.message)
+            logger.warning(
+                "telegram channel %s: update %s refused: %s", self.name, update.get("update_id"), exc.message
+            )
         except Exception:
             logger.exception("telegram channel %s: handling update %s failed", self.name, update.get("update_id"))

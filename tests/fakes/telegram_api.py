@@ -234,7 +234,11 @@ class FakeTelegram:
             return self._ok(_as_sent(message))
 
     def _api_answerCallbackQuery(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        answered = [c for c in self.calls("answerCallbackQuery")[:-1] if c.params.get("callback_query_id") == params.get("callback_query_id")]
+        answered = [
+            c
+            for c in self.calls("answerCallbackQuery")[:-1]
+            if c.params.get("callback_query_id") == params.get("callback_query_id")
+        ]
         if answered:
             return self._bad("Bad Request: query is too old and response timeout expired or query ID is invalid")
         return self._ok(True)
@@ -278,7 +282,9 @@ class FakeTelegram:
 
 def _as_sent(message: dict[str, Any]) -> dict[str, Any]:
     """A message as the Bot API returns it (without what only the tests look at)."""
-    return {k: copy.deepcopy(v) for k, v in message.items() if k not in ("force_reply", "parse_mode", "reply_parameters")}
+    return {
+        k: copy.deepcopy(v) for k, v in message.items() if k not in ("force_reply", "parse_mode", "reply_parameters")
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -343,7 +349,9 @@ def user(user_id: int, first_name: str, username: str = "") -> dict[str, Any]:
     return found
 
 
-def tap(fake: FakeTelegram, message: dict[str, Any], data: str, sender: dict[str, Any], query_id: str | None = None) -> dict[str, Any]:
+def tap(
+    fake: FakeTelegram, message: dict[str, Any], data: str, sender: dict[str, Any], query_id: str | None = None
+) -> dict[str, Any]:
     """The update for a tap on a button whose callback_data is `data`, on `message` (as the fake holds it)."""
     return {
         "update_id": fake.new_update_id(),

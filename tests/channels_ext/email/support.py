@@ -115,7 +115,9 @@ class Page:
         return {name: html.unescape(text) for name, text in _TEXTAREA.findall(self.body)}
 
     def form_action(self, live_gateway: Any) -> str:
-        return live_gateway.url + re.search(r'<form method="post" id="confirm" class="decide" action="([^"]+)"', self.body).group(1)
+        return live_gateway.url + re.search(
+            r'<form method="post" id="confirm" class="decide" action="([^"]+)"', self.body
+        ).group(1)
 
 
 def open_link(url: str, *, method: str = "GET") -> Page:

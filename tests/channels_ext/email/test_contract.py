@@ -133,7 +133,9 @@ class EmailDriver:
         for recipient, first in card.mails.items():
 
             def followed_up() -> ReceivedMail | None:
-                replies = [m for m in self.smtp.mails(recipient) if m.header("In-Reply-To") == first.header("Message-ID")]
+                replies = [
+                    m for m in self.smtp.mails(recipient) if m.header("In-Reply-To") == first.header("Message-ID")
+                ]
                 return replies[-1] if replies and replies[-1].text.startswith(head) else None
 
             reply = wait_until(followed_up, what=f"a follow-up to {recipient} saying {head!r}")

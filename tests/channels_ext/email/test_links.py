@@ -107,7 +107,9 @@ def test_a_link_previewer_fetching_every_link_with_get_and_head_decides_nothing(
     assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "pending"
 
 
-def test_the_link_shows_a_page_whose_post_decides_once_and_the_same_link_again_is_refused(agent, smtp_server, live_gateway):
+def test_the_link_shows_a_page_whose_post_decides_once_and_the_same_link_again_is_refused(
+    agent, smtp_server, live_gateway
+):
     confirmation_id = ask(agent)
     deliver_outbox()
     url = on_gateway(live_gateway, anchors(card_mails(smtp_server, (ALICE, BOB))[ALICE])["Approve"])
@@ -130,7 +132,9 @@ def test_the_link_shows_a_page_whose_post_decides_once_and_the_same_link_again_i
     assert not open_link(url).has_form  # the page shows the outcome, without the form
 
 
-def test_a_confirmation_without_a_reason_or_with_a_value_that_is_not_json_shows_the_form_again(live_gateway, smtp_server):
+def test_a_confirmation_without_a_reason_or_with_a_value_that_is_not_json_shows_the_form_again(
+    live_gateway, smtp_server
+):
     configure(smtp_server, gate_keys="        allow_edit: [amount]\n")
     agent = make_agent_client(live_gateway, "purchasing-bot")
     confirmation_id = ask(agent)
@@ -165,7 +169,10 @@ def test_with_a_quorum_each_recipients_links_answer_once(live_gateway, smtp_serv
     assert post_link(live_gateway, alice["Approve"]).told == "Approval recorded (1 of 2)."
     before = request_state(confirmation_id)
     assert post_link(live_gateway, alice["Approve"]).told == "You have already answered this request."
-    assert post_link(live_gateway, alice["Reject"], reason="changed my mind").told == "You have already answered this request."
+    assert (
+        post_link(live_gateway, alice["Reject"], reason="changed my mind").told
+        == "You have already answered this request."
+    )
     assert request_state(confirmation_id) == before
 
     assert post_link(live_gateway, token_of(anchors(mails[BOB])["Approve"])).told == "Approved."
@@ -184,7 +191,9 @@ def _tampered(token: str, change) -> str:
     return "." + base64.urlsafe_b64encode(changed).decode().rstrip("=") + ":" + signature
 
 
-def test_a_link_changed_to_name_another_recipient_or_request_is_refused_and_changes_nothing(agent, smtp_server, live_gateway):
+def test_a_link_changed_to_name_another_recipient_or_request_is_refused_and_changes_nothing(
+    agent, smtp_server, live_gateway
+):
     first = ask(agent)
     second = ask(agent, {"amount": 5})
     deliver_outbox()
@@ -221,7 +230,10 @@ def test_a_link_after_its_request_expired_is_refused_before_anything_is_looked_u
 
     page = post_link(live_gateway, token)
 
-    assert (page.status, page.problem) == (410, "This link has expired with its request; nothing can be decided with it.")
+    assert (page.status, page.problem) == (
+        410,
+        "This link has expired with its request; nothing can be decided with it.",
+    )
     assert request_state(confirmation_id) == before and events(confirmation_id) == kinds
     opened = open_link(f"{live_gateway.url}/channels/{CHANNEL}/callback?link={token}")
     assert opened.status == 410 and not opened.has_form
@@ -264,6 +276,22 @@ def test_a_temporary_smtp_refusal_is_retried_and_a_permanent_one_fails_the_reque
     assert confirmation.status == "rejected"
     assert "smtp send failed: every recipient refused (550)" in confirmation.decision_reason
     assert Channel.objects.get(name=CHANNEL).last_error == "smtp send failed: every recipient refused (550)"
+    agent.http.close()
+
+
+def test_a_gate_whose_approvers_are_not_addresses_fails_closed_saying_so(live_gateway, smtp_server):
+    configure(smtp_server, approvers=("U0ALICE",))  # a Slack member id, by mistake
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = ask(agent)
+
+    deliver_outbox()
+
+    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+    assert confirmation.status == "rejected"
+    assert confirmation.decision_reason.endswith(
+        "the approvers of an email channel are e-mail addresses; 'U0ALICE' is not one"
+    )
+    assert smtp_server.mails() == []
     agent.http.close()
 
 

@@ -65,7 +65,9 @@ class TelegramDriver:
 
     def click(self, card: Card, person: Person, decision: str, *, reason: str = "") -> Told:
         if decision == "reject":
-            return self.telegram.tap_and_answer(card, self.user(person), _LABELS[decision], reason or "rejected in Telegram")
+            return self.telegram.tap_and_answer(
+                card, self.user(person), _LABELS[decision], reason or "rejected in Telegram"
+            )
         status, query_id = self.telegram.tap(card, self.user(person), _LABELS[decision])
         return Told(taken=status == 200, text=self.telegram.answer_to(query_id) if status == 200 else None)
 

@@ -95,13 +95,25 @@ def _card(**more) -> CardView:
     "card",
     [
         _card(),
-        _card(status="approved", decided_by="telegram:111", decided_by_name="n" * 500, decision_reason="&" * 3000,
-              approved_args={"memo": "<>" * 3000}, note="note " * 500, escalated=True, approvals_required=3,
-              approved_by=tuple(f"telegram:{n}" for n in range(3))),  # fmt: skip
-        _card(items=tuple(
-            CardItem(str(uuid.uuid4()), "t" * 300, {"k": "&" * 1000}, "rejected", "telegram:1", "n" * 300, "&" * 1000)
-            for _ in range(15)
-        )),  # fmt: skip
+        _card(
+            status="approved",
+            decided_by="telegram:111",
+            decided_by_name="n" * 500,
+            decision_reason="&" * 3000,
+            approved_args={"memo": "<>" * 3000},
+            note="note " * 500,
+            escalated=True,
+            approvals_required=3,
+            approved_by=tuple(f"telegram:{n}" for n in range(3)),
+        ),  # fmt: skip
+        _card(
+            items=tuple(
+                CardItem(
+                    str(uuid.uuid4()), "t" * 300, {"k": "&" * 1000}, "rejected", "telegram:1", "n" * 300, "&" * 1000
+                )
+                for _ in range(15)
+            )
+        ),  # fmt: skip
     ],
     ids=["pending", "decided-and-edited", "turn"],
 )
@@ -133,7 +145,9 @@ def test_a_button_whose_data_was_changed_or_made_for_another_channel_is_refused(
     assert not ConfirmationEvent.objects.filter(kind__in=["refused_click", "late_click"]).exists()
 
 
-def test_the_webhook_refuses_a_missing_or_wrong_secret_token_and_a_body_that_is_not_an_update(agent, fake_telegram, telegram):
+def test_the_webhook_refuses_a_missing_or_wrong_secret_token_and_a_body_that_is_not_an_update(
+    agent, fake_telegram, telegram
+):
     confirmation_id = ask(agent)
     deliver_outbox()
     card = posted_card(fake_telegram, confirmation_id)
@@ -142,7 +156,10 @@ def test_the_webhook_refuses_a_missing_or_wrong_secret_token_and_a_body_that_is_
 
     assert telegram.post(update, {}) == 401
     assert telegram.post(update, {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET + "x"}) == 401
-    assert telegram.post({"update_id": "one", "callback_query": {}}, {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}) == 400
+    assert (
+        telegram.post({"update_id": "one", "callback_query": {}}, {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET})
+        == 400
+    )
     assert request_state(confirmation_id) == before
     assert telegram.deliver({"update_id": 5, "edited_message": {"message_id": 1}}) == 200  # not ours: taken, ignored
     assert telegram.deliver(update) == 200
@@ -168,7 +185,7 @@ def test_a_question_answered_by_someone_else_or_with_bad_json_changes_nothing(li
 
     status, query_id = telegram.tap(card, ALICE, "✏️ Edit, then approve…")
     edit_question = telegram.question_for(card, ALICE, after=question["message_id"])
-    assert "Editable: amount. Now: {\"amount\": 80000}" in edit_question["text"]
+    assert 'Editable: amount. Now: {"amount": 80000}' in edit_question["text"]
     not_json = reply(fake_telegram, edit_question, "make it 100", ALICE)
     assert telegram.deliver(not_json) == 200
     assert telegram.bot_reply_to(not_json["message"]["message_id"]).startswith("That is not valid JSON")
@@ -181,17 +198,28 @@ def test_a_question_answered_by_someone_else_or_with_bad_json_changes_nothing(li
     agent.http.close()
 
 
-def test_approve_all_on_a_turns_card_is_bound_to_the_calls_its_card_showed(live_gateway, fake_telegram, telegram, celery_worker):
+def test_approve_all_on_a_turns_card_is_bound_to_the_calls_its_card_showed(
+    live_gateway, fake_telegram, telegram, celery_worker
+):
     configure(fake_telegram)
     agent = make_agent_client(live_gateway, "purchasing-bot")
     turn = {"turn_id": "t-1"}
     first = ask(agent, {"amount": 1}, **turn)
     card = posted_card(fake_telegram, first)
     second = ask(agent, {"amount": 2}, **turn)  # joins the turn's card, which is redrawn with both
-    message = wait_until(lambda: "Approve all 2" in str(card.now(fake_telegram).get("reply_markup")) and card.now(fake_telegram))
+    message = wait_until(
+        lambda: "Approve all 2" in str(card.now(fake_telegram).get("reply_markup")) and card.now(fake_telegram)
+    )
     assert message["text"].startswith("<b>Approval needed: 2 of 2 calls of one turn</b>")
     keyboard = keyboard_of(message)
-    assert list(keyboard) == ["Approve 1", "Reject 1…", "Approve 2", "Reject 2…", "✅ Approve all 2", "❌ Reject all 2…"]
+    assert list(keyboard) == [
+        "Approve 1",
+        "Reject 1…",
+        "Approve 2",
+        "Reject 2…",
+        "✅ Approve all 2",
+        "❌ Reject all 2…",
+    ]
     approve_all = keyboard["✅ Approve all 2"]
     assert len(approve_all.encode()) == 39
 
@@ -236,7 +264,11 @@ def test_flood_control_reschedules_the_card_after_retry_after(agent, fake_telegr
 @pytest.mark.parametrize(
     ("status", "description", "said"),
     [
-        (403, "Forbidden: bot was kicked from the supergroup chat", "telegram sendMessage failed: Forbidden: bot was kicked from the supergroup chat"),
+        (
+            403,
+            "Forbidden: bot was kicked from the supergroup chat",
+            "telegram sendMessage failed: Forbidden: bot was kicked from the supergroup chat",
+        ),
         (400, "Bad Request: chat not found", "telegram sendMessage failed: Chat not found"),
         (401, "Unauthorized", "telegram sendMessage failed: the bot token was refused (check bot_token)"),
     ],
@@ -264,7 +296,9 @@ def test_a_network_failure_is_retried(agent, fake_telegram):
     assert row.last_error.startswith("telegram sendMessage failed: ")
 
 
-def test_the_bot_token_and_webhook_secret_are_kept_out_of_the_logs_and_the_admin(agent, fake_telegram, admin_client, caplog):
+def test_the_bot_token_and_webhook_secret_are_kept_out_of_the_logs_and_the_admin(
+    agent, fake_telegram, admin_client, caplog
+):
     caplog.set_level(logging.DEBUG)
     ask(agent)
     deliver_outbox()  # a card sent: httpx logs the request's URL, which holds the token
@@ -282,7 +316,11 @@ def test_the_bot_token_and_webhook_secret_are_kept_out_of_the_logs_and_the_admin
 
 
 def test_a_reminder_edits_the_card_and_mentions_the_approvers_still_to_answer(live_gateway, fake_telegram, telegram):
-    configure(fake_telegram, timeout_seconds=600, gate_keys="        approvals_required: 2\n        remind_after_seconds: 60\n")
+    configure(
+        fake_telegram,
+        timeout_seconds=600,
+        gate_keys="        approvals_required: 2\n        remind_after_seconds: 60\n",
+    )
     agent = make_agent_client(live_gateway, "purchasing-bot")
     confirmation_id = ask(agent)
     deliver_outbox()
@@ -296,7 +334,9 @@ def test_a_reminder_edits_the_card_and_mentions_the_approvers_still_to_answer(li
     deliver_outbox()
 
     assert "🔔 Reminder" in card.now(fake_telegram)["text"]
-    (note,) = [m for m in fake_telegram.sent() if (m.get("reply_parameters") or {}).get("message_id") == card.message_id]
+    (note,) = [
+        m for m in fake_telegram.sent() if (m.get("reply_parameters") or {}).get("message_id") == card.message_id
+    ]
     assert note["text"].startswith("🔔 Reminder")
     assert '<a href="tg://user?id=222222222">222222222</a>' in note["text"]  # bob: still to answer
     assert "111111111" not in note["text"]  # alice answered
