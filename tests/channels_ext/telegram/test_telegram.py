@@ -7,6 +7,7 @@ to the live gateway."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
@@ -235,11 +236,33 @@ def test_approve_all_on_a_turns_card_is_bound_to_the_calls_its_card_showed(
     assert telegram.deliver(update) == 200
 
     assert telegram.answer_to(update["callback_query"]["id"]) == "Approved 2 call(s) of this turn."
-    assert dict(ConfirmationRequest.objects.values_list("pk", "status")) == {
-        ConfirmationRequest.objects.get(pk=first).pk: "approved",
-        ConfirmationRequest.objects.get(pk=second).pk: "approved",
+    assert set(ConfirmationRequest.objects.filter(pk__in=[first, second]).values_list("status", flat=True)) == {
+        "approved"
     }
     wait_until(lambda: "reply_markup" not in card.now(fake_telegram), what="the turn's card to lose its buttons")
+    agent.http.close()
+
+
+def test_reject_all_asks_one_reason_and_rejects_the_turns_calls_with_it(
+    live_gateway, fake_telegram, telegram, celery_worker
+):
+    configure(fake_telegram)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    first = ask(agent, {"amount": 1}, turn_id="t-1")
+    card = posted_card(fake_telegram, first)
+    second = ask(agent, {"amount": 2}, turn_id="t-1")
+    wait_until(lambda: "Reject all 2" in str(card.now(fake_telegram).get("reply_markup")), what="the turn's card")
+    redrawn = dataclasses.replace(card, buttons=keyboard_of(card.now(fake_telegram)))
+
+    told = telegram.tap_and_answer(redrawn, BOB, "❌ Reject all 2…", "Not this turn")
+
+    assert told.text == "Rejected 2 call(s) of this turn."
+    question = telegram.question_for(card, BOB, after=card.message_id)
+    assert question["text"].startswith("Bob, why are you rejecting the 2 pending calls of this turn?")
+    rejected = ConfirmationRequest.objects.filter(pk__in=[first, second])
+    assert set(rejected.values_list("status", "decided_by", "decision_reason")) == {
+        ("rejected", f"telegram:{BOB['id']}", "Not this turn")
+    }
     agent.http.close()
 
 
