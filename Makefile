@@ -28,7 +28,7 @@ $(INTEGRATIONS_STAMP): $(STAMP) requirements-integrations.txt
 	$(PY) -m pip install -q -r requirements-integrations.txt
 	touch $(INTEGRATIONS_STAMP)
 
-# The vendor SDKs of the optional channel kinds (Teams, DingTalk): a deployment installs those it configures.
+# The vendor SDKs of the optional channel kinds (a deployment installs the ones its channels use).
 install-channels: $(CHANNELS_STAMP)
 
 $(CHANNELS_STAMP): $(STAMP) requirements-channels.txt

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
+from importlib.util import find_spec
 from typing import Any, ClassVar, Literal
 
 from django.core import signing
@@ -45,6 +46,10 @@ class ChannelKind:
     # `update_card` and `notify_approvers` reach nothing outside): the gateway records such a
     # card as posted when the request is created and writes no outbox rows to draw or redraw it.
     draws_itself: bool = False
+    # The vendor SDK its adapter imports when it is not one of the server's own requirements:
+    # (module, the pinned requirement in requirements-channels.txt). A configured channel whose
+    # SDK is missing fails the system check (channels_ext.E003) instead of its first delivery.
+    requires: tuple[str, str] | None = None
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
@@ -53,10 +58,17 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
     "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
     "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
-    "teams": ChannelKind("channels_ext.teams.config.TeamsChannelConfig", "channels_ext.teams.adapter.TeamsAdapter"),
+    "teams": ChannelKind(
+        "channels_ext.teams.config.TeamsChannelConfig",
+        "channels_ext.teams.adapter.TeamsAdapter",
+        requires=("microsoft_agents.hosting.msteams", "microsoft-agents-hosting-msteams"),
+    ),
     # DingTalk's general card template has one row of buttons and no inputs: one card per call.
     "dingtalk": ChannelKind(
-        "channels_ext.dingtalk.config.DingTalkChannelConfig", "channels_ext.dingtalk.adapter.DingTalkAdapter", turn_cards=False
+        "channels_ext.dingtalk.config.DingTalkChannelConfig",
+        "channels_ext.dingtalk.adapter.DingTalkAdapter",
+        turn_cards=False,
+        requires=("dingtalk_stream", "dingtalk-stream"),
     ),
 }
 
@@ -131,6 +143,22 @@ def actor_label(actor_id: str, name: str = "") -> str:
     if not name or name in (actor_id, split_actor(actor_id)[1]):
         return actor_id  # `web:alice`, `gateway`, `agent:<name>`: the id says it all
     return f"{name} ({actor_id})"
+
+
+def argument_value(args: Any, path: str) -> Any:
+    """The value at a dotted argument path (`shipping.city`, `items.0`) of a card's arguments; None if absent.
+
+    What an edit form shows as an editable argument's current value (the paths are `CardView.editable_paths`).
+    """
+    value = args
+    for key in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +283,9 @@ class DecisionOutcome:
 
 
 Decide = Callable[[Callback], DecisionOutcome]
+# The card of one request as it is now, for a page that only shows it (nothing is recorded);
+# None when there is no such request. Handed to `handle_link`, which gets no `decide`.
+Show = Callable[[str], CardView | None]
 
 
 class ChannelError(DeliveryFailed):
@@ -275,6 +306,9 @@ class ChannelAdapter:
 
     kind: ClassVar[str]
     config_model: ClassVar[type[ChannelConfigBase]]
+    # Whether its messages carry links a person opens in a browser (e-mail): a GET or HEAD of
+    # /channels/<name>/callback then reaches `handle_link`; for other kinds it is answered 405.
+    opens_links: ClassVar[bool] = False
 
     def __init__(self, name: str, config: BaseModel):
         self.name = name
@@ -296,6 +330,25 @@ class ChannelAdapter:
         may be written before verification succeeds.
         """
         raise NotImplementedError
+
+    def handle_link(self, request: HttpRequest, show: Show) -> HttpResponse:
+        """A GET or HEAD of the callback URL (`opens_links`): a page that shows, never decides.
+
+        Link previewers and mail scanners fetch every link they see, so what a GET
+        may do is fixed here: it gets `show` (a read) and no `decide`; only a POST
+        from the page it draws reaches `handle_callback`. Raise CallbackError for a
+        link that is not one this channel made.
+        """
+        raise NotImplementedError
+
+    def setup(self, callback_url: str) -> str:
+        """Tell the vendor, through its API, how this channel's callbacks reach the gateway
+        (`manage.py channel_setup`; Telegram's setWebhook). Returns one sentence saying what was
+        done; raises ChannelError if the vendor refuses. Kinds that are set up in the vendor's
+        console raise NotImplementedError, saying so."""
+        raise NotImplementedError(
+            f"{self.kind} channels are set up in the vendor's console, not by the gateway (docs/{self.kind}.md)"
+        )
 
     def notify_approvers(self, card: CardView, ref: MessageRef, text: str) -> None:
         """Re-ping pending approvers (reminders). Default: redraw the card with a note."""
@@ -336,6 +389,12 @@ def self_drawing_kinds() -> list[str]:
 def has_turn_cards(kind: str) -> bool:
     """Whether a kind's cards list the calls of one turn (without importing its adapter)."""
     return _kind(kind).turn_cards
+
+
+def missing_requirement(kind: str) -> str | None:
+    """The requirement to install (`python-telegram-bot`) if a kind's vendor SDK is not importable; else None."""
+    needed = _kind(kind).requires
+    return needed[1] if needed is not None and find_spec(needed[0]) is None else None
 
 
 def get_config_model(kind: str) -> type[ChannelConfigBase]:

@@ -49,19 +49,6 @@ def value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def path_value(args: Any, path: str) -> Any:
-    """The value at a dotted argument path (None if absent)."""
-    value = args
-    for key in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(key)
-        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
-            value = value[int(key)]
-        else:
-            return None
-    return value
-
-
 def deciders(card: CardView) -> tuple[tuple[str, str], ...]:
     """Who decided a request, as (channel-qualified id, display name): every approval of a quorum, or the one
     who rejected or cancelled; nobody for an expiry."""

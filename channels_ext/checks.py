@@ -18,11 +18,11 @@ from django.db import connections, router
 from pydantic import BaseModel, ValidationError
 
 from approvals.models import Channel
-from channels_ext.base import CHANNEL_KINDS, get_adapter_class, get_config_model
+from channels_ext.base import CHANNEL_KINDS, get_config_model, missing_requirement
 
 E001 = "channels_ext.E001"  # a key of a channel's config is missing, empty or invalid
 E002 = "channels_ext.E002"  # a channel's kind has no adapter
-E003 = "channels_ext.E003"  # a channel's adapter cannot be imported (its vendor SDK is not installed)
+E003 = "channels_ext.E003"  # a channel's kind needs a vendor SDK that is not installed
 
 # Channels are read-only in the admin: the config file is where they change.
 _FIX = "in the config file and run `python manage.py apply_config FILE`"
@@ -58,6 +58,19 @@ def _channel_problems(name: str, kind: str, config: Any, *, obj: Any) -> list[Ch
                 id=E002,
             )
         ]
+    missing = missing_requirement(kind)
+    sdk = [
+        Error(
+            f"Channel {name!r} has kind {kind!r}, whose adapter needs {missing}, which is not installed.",
+            hint=f"Install it: `pip install -r requirements-channels.txt` pins {missing}.",
+            obj=obj,
+            id=E003,
+        )
+    ] if missing is not None else []  # fmt: skip
+    return sdk + _key_problems(name, kind, model, config, obj=obj)
+
+
+def _key_problems(name: str, kind: str, model: type[BaseModel], config: Any, *, obj: Any) -> list[CheckMessage]:
     if not isinstance(config, dict):
         return [
             Error(
@@ -77,17 +90,6 @@ def _channel_problems(name: str, kind: str, config: Any, *, obj: Any) -> list[Ch
         for key, field in model.model_fields.items()
         if field.is_required() and isinstance(getattr(validated, key), str) and not getattr(validated, key).strip()
     ]
-    try:
-        get_adapter_class(kind)
-    except ImportError as exc:
-        problems.append(
-            Error(
-                f"Channel {name!r} is of kind {kind!r}, whose adapter cannot be imported ({exc.name or exc}).",
-                hint="Install the channel SDKs: `pip install -r requirements-channels.txt` (docs/reference/config.md).",
-                obj=obj,
-                id=E003,
-            )
-        )
     return problems
 
 

@@ -1,7 +1,7 @@
 """`/healthz` (the process is alive) and `/readyz` (its dependencies answer).
 
 `/readyz` also shows the state of each channel's outbound connection (Slack
-Socket Mode, the Feishu long connection), as `channel_connections` processes
+Socket Mode, the Feishu long connection, Telegram's long polling), as `channel_connections` processes
 report it. Those states do not change its status code: the connections live
 in another process, and a Slack outage must not take this server out of a load
 balancer. Alert on `connections.<name>.state != "connected"` instead.

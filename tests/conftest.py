@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import RequestLog
 
-pytest_plugins = ["tests.fakes.slack_api", "tests.fakes.feishu_api"]
+pytest_plugins = ["tests.fakes.slack_api", "tests.fakes.feishu_api", "tests.fakes.smtp_server", "tests.fakes.telegram_api"]
 
 
 class LiveGateway:

@@ -149,7 +149,7 @@ def test_no_module_imports_another_modules_private_names():
     assert offenders == []
 
 
-@pytest.mark.parametrize("kind", ["web", "slack", "feishu"])
+@pytest.mark.parametrize("kind", ["web", "slack", "feishu", "telegram", "email"])
 def test_a_channels_adapter_cards_and_config_never_touch_the_gateways_records(kind):
     offenders = [
         imp

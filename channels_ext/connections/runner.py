@@ -1,9 +1,9 @@
 """`python manage.py channel_connections`: hold one outbound connection per channel that needs one.
 
 A channel with `mode: socket` (Slack), `mode: long_connection` (Feishu/Lark) or
-`mode: stream` (DingTalk) gets its clicks over a connection the gateway opens to
-the vendor, so the gateway needs no public URL (docs/slack.md §7, docs/feishu.md §7,
-docs/dingtalk.md).
+`mode: stream` (DingTalk) or `mode: polling` (Telegram) gets its clicks over a
+connection the gateway opens to the vendor, so the gateway needs no public URL
+(docs/slack.md §7, docs/feishu.md §7, docs/dingtalk.md, docs/telegram.md §6).
 
 How it runs:
 - Every `reload_seconds` the channels are re-read from the database, so a
@@ -255,14 +255,15 @@ class ConnectionRunner:
             holder.start()
         if self.only is not None:
             for name in sorted(self.only - set(wanted)):
-                reason = "is not configured" if name not in configured else "receives its clicks over HTTP, not an outbound connection"
+                reason = "is not configured" if name not in configured else "does not use a connection mode"
                 if self._problems.get(name) != reason:
                     self._problems[name] = reason
                     logger.warning("channel %s %s; nothing to hold for it", name, reason)
         if not wanted and self._problems.get("") != "none":
             self._problems[""] = "none"
             logger.info(
-                "no channel takes its clicks over an outbound connection yet; re-reading the channels every %g s",
+                "no channel uses a connection mode (socket, long_connection, stream, polling) yet; "
+                "re-reading the channels every %g s",
                 self.reload_seconds,
             )
         elif wanted:

@@ -15,10 +15,10 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
+from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, path_value
+from channels_ext.cardkit import cut, outcome_sentence
 from channels_ext.cardkit import utc_text as format_time
 from channels_ext.cardkit import value_text as _format_value
 
@@ -193,7 +193,7 @@ def edit_form(card: CardView) -> dict[str, Any]:
     paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
     inputs = []
     for number, path in enumerate(paths):
-        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         field: dict[str, Any] = {
             "tag": "input",
             "name": f"{EDIT_INPUT_PREFIX}{number}",

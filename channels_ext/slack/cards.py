@@ -13,8 +13,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, sign_confirmation_id, sign_shown_ids, split_actor
-from channels_ext.cardkit import path_value
+from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
@@ -364,7 +363,7 @@ def edit_modal(card: CardView, *, private_metadata: str) -> dict[str, Any]:
     )
     blocks: list[dict[str, Any]] = [_mrkdwn_section(f"{subject}\n{hint}")]
     for number, path in enumerate(card.editable_paths[:MAX_EDIT_FIELDS]):
-        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         element: dict[str, Any] = {
             "type": "plain_text_input",
             "action_id": EDIT_ACTION_ID,

@@ -18,10 +18,10 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardItem, CardView, actor_label, sign_confirmation_id, sign_shown_ids
+from channels_ext.base import CardItem, CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, path_value, utc_text, value_text
+from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text
 
 ADAPTIVE_CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 CARD_VERSION = "1.4"  # Universal Actions need 1.4; Teams renders up to 1.5
@@ -129,7 +129,7 @@ def _edit_card(card: CardView, signed: str) -> dict[str, Any]:
     paths = list(card.editable_paths[:MAX_EDIT_FIELDS])
     inputs = []
     for number, path in enumerate(paths):
-        current = json.dumps(path_value(card.tool_args, path), ensure_ascii=False)
+        current = json.dumps(argument_value(card.tool_args, path), ensure_ascii=False)
         field: dict[str, Any] = {
             "type": "Input.Text",
             "id": f"{EDIT_INPUT_PREFIX}{number}",

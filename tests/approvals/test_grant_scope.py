@@ -15,7 +15,7 @@ from tests.conftest import AgentClient, apply_config, make_agent_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-migration = importlib.import_module("approvals.migrations.0010_grant_user_scope")
+migration = importlib.import_module("approvals.migrations.0009_grant_user_scope")
 
 
 @pytest.fixture

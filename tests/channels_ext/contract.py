@@ -63,6 +63,22 @@ agents:
 {more_keys}"""
 
 
+def purchasing_gate(channel: str, approvers: list[str], *, timeout_seconds: int | None = 1800, more: str = "") -> str:
+    """The config file's `agents:` part: purchasing-bot whose gate on TOOL asks `approvers` on `channel`
+    (`more`: more of the gate's keys, as YAML lines, e.g. from `gate_keys`)."""
+    return f"""
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: {channel}
+        approvers: {json.dumps(approvers)}
+        timeout_seconds: {json.dumps(timeout_seconds)}
+{more}"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Person:
     """Someone in a channel: `id` as the channel knows them (what gates list as approvers),

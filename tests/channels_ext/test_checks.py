@@ -12,6 +12,7 @@ from django.core.management.base import SystemCheckError
 from django.db import connection, transaction
 
 from approvals.models import Channel
+from channels_ext.base import CHANNEL_KINDS
 from channels_ext.checks import check_channel_configs
 from tests.conftest import apply_config
 
@@ -114,7 +115,7 @@ def test_a_channel_of_a_kind_no_adapter_handles_is_reported_as_e002():
 
     assert error.id == "channels_ext.E002"
     assert error.msg == "Channel 'teams' has kind 'msteams', which no adapter handles."
-    assert error.hint == "Use one of: dingtalk, feishu, slack, teams, web."
+    assert error.hint == f"Use one of: {', '.join(sorted(CHANNEL_KINDS))}."
 
 
 def test_no_message_shows_a_secret_value():
@@ -188,5 +189,39 @@ def test_a_channel_whose_vendor_sdk_is_not_installed_is_reported_as_e003(monkeyp
     (error,) = run_check()
 
     assert error.id == "channels_ext.E003"
-    assert error.msg == "Channel 'ops-dingtalk' is of kind 'dingtalk', whose adapter cannot be imported (dingtalk_stream)."
-    assert "requirements-channels.txt" in error.hint
+    assert error.msg == (
+        "Channel 'ops-dingtalk' has kind 'dingtalk', whose adapter needs dingtalk-stream, which is not installed."
+    )
+    assert error.hint == "Install it: `pip install -r requirements-channels.txt` pins dingtalk-stream."
+
+
+def test_a_channel_whose_vendor_sdk_is_not_installed_fails_the_check_naming_what_to_install(transactional_db):
+    """In a process where python-telegram-bot cannot be imported (as on a server installed from
+    requirements.txt alone), a configured Telegram channel is a check error, not a failed delivery."""
+    import subprocess
+    import sys
+
+    from tests.channels_ext.test_channel_connections import ROOT, command_environment
+
+    apply_config(
+        "channels:\n  - {name: ops-telegram, kind: telegram, bot_token: '7000000001:AAFakeTelegramTokenForChecks01', "
+        "chat_id: '-100123', webhook_secret: s3cret}\n"
+    )
+    without_the_sdk = (
+        "import sys; sys.modules['telegram'] = None\n"  # importlib finds no `telegram` module
+        "from django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(['manage.py', 'check', '--database', 'default'])\n"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", without_the_sdk], cwd=ROOT, env=command_environment(), capture_output=True, text=True
+    )
+
+    assert done.returncode == 1
+    assert (
+        "ops-telegram (telegram): (channels_ext.E003) Channel 'ops-telegram' has kind 'telegram', whose adapter needs "
+        "python-telegram-bot, which is not installed."
+    ) in done.stderr
+    assert "HINT: Install it: `pip install -r requirements-channels.txt` pins python-telegram-bot." in done.stderr
+    assert Channel.objects.get().kind == "telegram"
+    call_command("check", "--database", "default", stdout=io.StringIO())  # here, with the SDK: no problem

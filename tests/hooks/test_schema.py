@@ -315,8 +315,10 @@ def test_it_names_a_bad_channel_key_by_its_path():
 
 
 def test_it_refuses_an_unknown_channel_kind():
-    assert problems_of("channels: [{name: t, kind: matrix}]") == [
-        ("channels[0].kind", "unknown channel kind 'matrix'; known kinds: web, slack, feishu, teams, dingtalk")
+    from channels_ext.base import CHANNEL_KINDS
+
+    assert problems_of("channels: [{name: t, kind: pager}]") == [
+        ("channels[0].kind", f"unknown channel kind 'pager'; known kinds: {', '.join(CHANNEL_KINDS)}")
     ]
 
 

@@ -1,7 +1,8 @@
 """`python manage.py channel_connections`: hold the outbound connections of channels in
-mode `socket` (Slack Socket Mode), `long_connection` (Feishu/Lark) or `stream` (DingTalk),
-so the gateway needs no public URL. See channels_ext/connections/runner.py, docs/slack.md §7,
-docs/feishu.md §7 and docs/dingtalk.md."""
+mode `socket` (Slack Socket Mode), `long_connection` (Feishu/Lark), `stream` (DingTalk) or
+`polling` (Telegram's getUpdates), so the gateway needs no public URL. See
+channels_ext/connections/runner.py, docs/slack.md §7, docs/feishu.md §7, docs/dingtalk.md and
+docs/telegram.md §6."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ EXIT_REFUSED = 2  # a vendor refused a channel's credentials
 class Command(BaseCommand):
     help = (
         "Hold the outbound connections of channels with mode: socket (Slack), mode: long_connection "
-        "(Feishu/Lark) or mode: stream (DingTalk): one per channel, reconnecting with backoff, re-reading the channels as they change. "
+        "(Feishu/Lark), mode: stream (DingTalk) or mode: polling (Telegram): one per channel, reconnecting "
+        "with backoff, re-reading the channels as they change. "
         f"Exits {EXIT_REFUSED} when a vendor refuses a channel's credentials."
     )
 

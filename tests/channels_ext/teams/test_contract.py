@@ -5,7 +5,6 @@ Framework signs it, what the clicker is told is in the invoke's answer (the refr
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import pytest

@@ -18,7 +18,7 @@ def scope_existing_grants(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0009_channel_kinds_teams_dingtalk"),
+        ("approvals", "0008_one_person_and_judged_edits"),
     ]
 
     operations = [
