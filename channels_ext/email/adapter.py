@@ -264,21 +264,16 @@ class EmailAdapter(ChannelAdapter):
             return "", {"reason": reason[:REASON_MAX_LENGTH]}
         if link.action != EDIT:
             return "", {}
-        edits: dict[str, Any] = {}
+        # As typed: the gateway reads each text as the JSON type of the value it replaces (a number stays
+        # a number, text stays text) and says why when it cannot (Callback.typed_edits).
+        typed_edits: dict[str, str] = {}
         for field, typed in request.POST.items():
             if not field.startswith("edit."):
                 continue
-            if len(edits) >= MAX_EDIT_FIELDS or len(typed) > EDIT_VALUE_LIMIT:
+            if len(typed_edits) >= MAX_EDIT_FIELDS or len(typed) > EDIT_VALUE_LIMIT:
                 return "Too many or too long values.", {}
-            try:
-                edits[field.removeprefix("edit.")] = json.loads(typed)
-            except ValueError as exc:
-                return (
-                    f'The value of {field.removeprefix("edit.")} is not valid JSON ({exc.msg}); '
-                    'text needs quotes: "like this".',
-                    {},
-                )
-        return "", {"edits": edits}
+            typed_edits[field.removeprefix("edit.")] = typed
+        return "", {"typed_edits": typed_edits}
 
     def _page(
         self,

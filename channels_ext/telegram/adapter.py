@@ -524,7 +524,11 @@ class TelegramAdapter(ChannelAdapter):
             if not isinstance(edits, dict) or not edits:
                 self._reply(message, 'Reply with a JSON object of the values to change, such as {"amount": 100}.')
                 return
-            outcome = decide(dataclasses.replace(click, edits=edits))
+            # A value given as text ("9000") is read as the type of the value it replaces, like a typed
+            # form field; any other JSON value must already be of that type (Callback.typed_edits).
+            typed = {path: value for path, value in edits.items() if isinstance(value, str)}
+            values = {path: value for path, value in edits.items() if not isinstance(value, str)}
+            outcome = decide(dataclasses.replace(click, edits=values or None, typed_edits=typed or None))
         self._reply(message, outcome.message or "Done.")
 
     def _answer(self, query_id: str, text: str, *, alert: bool) -> None:

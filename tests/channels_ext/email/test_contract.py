@@ -6,14 +6,13 @@ Once decided, each recipient gets a follow-up in the message's thread."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import pytest
 
 from approvals.models import Outbox
 from channels_ext.email.links import Link, link_token, read_link
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys, request_state
+from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks, request_state
 from tests.channels_ext.email.support import (
     ALICE,
     BOB,
@@ -59,8 +58,10 @@ class EmailDriver:
         self.live_gateway = live_gateway
         self.smtp = smtp
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        configure(self.smtp, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}))
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        configure(self.smtp, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}) + more_hooks(hooks or []))
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> MailedCard:
@@ -111,12 +112,12 @@ class EmailDriver:
         forged = f"{payload[:-2]}{'A' if payload[-2] != 'A' else 'B'}{payload[-1]}:{signature}"
         return post_link(self.live_gateway, forged).status
 
-    def edit(self, card: MailedCard, person: Person, edits: dict[str, Any]) -> Told:
+    def edit(self, card: MailedCard, person: Person, typed: dict[str, str]) -> Told:
         url = self._url(card, person, _LABELS["edit"])
         opened = open_link(url)
         assert opened.has_form, opened.body
         fields = opened.edit_fields()  # edit.<path>: the current value, as JSON
-        fields.update({f"edit.{path}": json.dumps(value) for path, value in edits.items()})
+        fields.update({f"edit.{path}": text for path, text in typed.items()})
         return self._told(post_link(self.live_gateway, opened.token, **fields))
 
     def scope_buttons(self, card: MailedCard) -> list[str]:
@@ -155,7 +156,7 @@ class EmailDriver:
         assert open_link(on_gateway(self.live_gateway, card.link(ALICE, "Approve"))).has_form
 
 
-class TestEmailChannel(ChannelContract):
+class TestEmailChannel(EditContract):
     @pytest.fixture
     def driver(self, live_gateway, smtp_server, celery_worker):
         yield EmailDriver(live_gateway, smtp_server)

@@ -15,7 +15,7 @@ import pytest
 
 from approvals.models import Outbox
 from tests.channels_ext.connections_support import connection_state, running_connections
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys
+from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.telegram.support import (
     ALICE,
     BOB,
@@ -56,8 +56,12 @@ class TelegramDriver:
     def user(self, who: Person) -> dict[str, Any]:
         return {p.id: u for p, u in zip((*self.approvers, self.outsider), (ALICE, BOB, MALLORY), strict=True)}[who.id]
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        configure(self.fake, mode=self.mode, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}))
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        configure(
+            self.fake, mode=self.mode, timeout_seconds=timeout_seconds, gate_keys=gate_keys(gate or {}) + more_hooks(hooks or [])
+        )
         return make_agent_client(self.live_gateway, "purchasing-bot")
 
     def card(self, confirmation_id: str) -> Card:
@@ -83,8 +87,9 @@ class TelegramDriver:
         update = tap(self.fake, card.now(self.fake), card.buttons[_LABELS[decision]], self.user(person))
         return self.telegram.post(update, {"X-Telegram-Bot-Api-Secret-Token": "not-the-webhook-secret"})
 
-    def edit(self, card: Card, person: Person, edits: dict[str, Any]) -> Told:
-        told = self.telegram.tap_and_answer(card, self.user(person), "✏️ Edit, then approve…", json.dumps(edits))
+    def edit(self, card: Card, person: Person, typed: dict[str, str]) -> Told:
+        # The approver replies with the values as text in a JSON object: {"amount": "8000"}.
+        told = self.telegram.tap_and_answer(card, self.user(person), "✏️ Edit, then approve…", json.dumps(typed))
         assert told.text != VALUES_ASKED
         return told
 
@@ -116,7 +121,7 @@ class TelegramDriver:
         assert labels[:2] == ["✅ Approve", "❌ Reject…"]
 
 
-class TestTelegramChannelByWebhook(ChannelContract):
+class TestTelegramChannelByWebhook(EditContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_telegram, celery_worker):
         yield TelegramDriver(live_gateway, fake_telegram)
@@ -140,8 +145,10 @@ class PollingTelegramDriver(TelegramDriver):
         super().__init__(live_gateway, fake)
         self.telegram = PollingTelegram(fake, live_gateway)
 
-    def deploy(self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None) -> AgentClient:
-        agent = super().deploy(timeout_seconds=timeout_seconds, gate=gate)
+    def deploy(
+        self, *, timeout_seconds: int = 1800, gate: dict[str, Any] | None = None, hooks: list[dict[str, Any]] | None = None
+    ) -> AgentClient:
+        agent = super().deploy(timeout_seconds=timeout_seconds, gate=gate, hooks=hooks)
         wait_until(lambda: connection_state(CHANNEL) == "connected", what="the getUpdates long polling")
         return agent
 
@@ -151,7 +158,7 @@ class PollingTelegramDriver(TelegramDriver):
         return self.telegram.post(update, {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET})
 
 
-class TestTelegramChannelByLongPolling(ChannelContract):
+class TestTelegramChannelByLongPolling(EditContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_telegram, celery_worker):
         with running_connections():
