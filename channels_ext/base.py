@@ -70,6 +70,14 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
         turn_cards=False,
         requires=("dingtalk_stream", "dingtalk-stream"),
     ),
+    "telegram": ChannelKind(
+        "channels_ext.telegram.config.TelegramChannelConfig",
+        "channels_ext.telegram.adapter.TelegramAdapter",
+        requires=("telegram", "python-telegram-bot"),
+    ),
+    "email": ChannelKind(
+        "channels_ext.email.config.EmailChannelConfig", "channels_ext.email.adapter.EmailAdapter", turn_cards=False
+    ),
 }
 
 Decision = Literal["approve", "reject"]
