@@ -253,6 +253,11 @@ class EmailAdapter(ChannelAdapter):
                 return self._page(request, link=link, card=outcome.card, told=outcome.message)
             return self._page(request, status=400, link=link, card=outcome.card, problem=problem, typed=request.POST)
         outcome = decide(dataclasses.replace(click, **more))
+        if outcome.code == "edit_refused":
+            # Nothing was decided: the form again, what was typed kept beside why (the web page does the same).
+            return self._page(
+                request, status=400, link=link, card=outcome.card, problem=outcome.message, typed=request.POST
+            )
         return self._page(request, link=link, card=outcome.card, told=outcome.message, taken=outcome.applied)
 
     def _form_input(self, link: Link, request: HttpRequest) -> tuple[str, dict[str, Any]]:

@@ -132,7 +132,7 @@ def test_the_link_shows_a_page_whose_post_decides_once_and_the_same_link_again_i
     assert not open_link(url).has_form  # the page shows the outcome, without the form
 
 
-def test_a_confirmation_without_a_reason_or_with_a_value_that_is_not_json_shows_the_form_again(
+def test_a_confirmation_without_a_reason_or_with_a_value_not_of_its_type_shows_the_form_again(
     live_gateway, smtp_server
 ):
     configure(smtp_server, gate_keys="        allow_edit: [amount]\n")
@@ -146,12 +146,13 @@ def test_a_confirmation_without_a_reason_or_with_a_value_that_is_not_json_shows_
     no_reason = post_link(live_gateway, token_of(links["Reject"]), reason="  ")
     edit_page = open_link(on_gateway(live_gateway, links["Edit, then approve"]))
     assert edit_page.edit_fields() == {"edit.amount": "80000"}
-    not_json = post_link(live_gateway, edit_page.token, **{"edit.amount": "eighty"})
+    not_a_number = post_link(live_gateway, edit_page.token, **{"edit.amount": "eighty"})
 
     assert (no_reason.status, no_reason.problem) == (400, "Please say why you are rejecting this call.")
     assert no_reason.has_form and 'name="reason"' in no_reason.body
-    assert not_json.status == 400 and not_json.problem.startswith("The value of amount is not valid JSON")
-    assert not_json.edit_fields() == {"edit.amount": "eighty"}  # what was typed, to correct
+    assert not_a_number.status == 400
+    assert not_a_number.problem == "The value for amount must be a whole number, like 1200; eighty is not."
+    assert not_a_number.edit_fields() == {"edit.amount": "eighty"}  # what was typed, to correct
     assert request_state(confirmation_id) == before
     assert post_link(live_gateway, edit_page.token, **{"edit.amount": "8000"}).told == "Approved with your edits."
     assert ConfirmationRequest.objects.get(pk=confirmation_id).approved_args == {"amount": 8000}
