@@ -175,6 +175,11 @@ GATEWAY_WAIT_RECHECK_SECONDS = env_int("GATEWAY_WAIT_RECHECK_SECONDS", 5)
 GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = env_int("GATEWAY_OUTBOX_RELAY_AFTER_SECONDS", 10)
 GATEWAY_OUTBOX_MAX_ATTEMPTS = env_int("GATEWAY_OUTBOX_MAX_ATTEMPTS", 8)
 GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS = env_int("GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS", 86400)
+# The longest a server process serves what it cached of a key, an agent or a session without reading the
+# database again: a change made behind the services' back (SQL) takes effect within it (docs/architecture.md).
+GATEWAY_CACHE_MAX_AGE_SECONDS = env_int("GATEWAY_CACHE_MAX_AGE_SECONDS", 5)
+if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
+    raise ImproperlyConfigured(f"GATEWAY_CACHE_MAX_AGE_SECONDS must be 0 or more, got {GATEWAY_CACHE_MAX_AGE_SECONDS}")
 # The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
 if GATEWAY_MAX_BODY_BYTES < 1024:
