@@ -218,6 +218,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # 3.1: JSON Schema proper (`propertyNames`, `null` as a type), to state what the server refuses.
     "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "approvals.api.schema.api_wide_answers"],
 }
 
 # --- Misc ------------------------------------------------------------------

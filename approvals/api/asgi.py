@@ -45,9 +45,9 @@ from django.db import connection
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
+from approvals.api.parsing import JSON_MEDIA_TYPES, YAML_MEDIA_TYPES, json_loads, media_type
 from approvals.api.views import PreToolUseApi
 from approvals.caches import KeyHolder, StaleCache, cache
-from approvals.api.parsing import JSON_MEDIA_TYPES, YAML_MEDIA_TYPES, json_loads, media_type
 from approvals.errors import GatewayError, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from approvals.models import Agent, ApiKey
 from approvals.types import ConfirmationState, PreToolUseAnswer

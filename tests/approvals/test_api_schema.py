@@ -1,9 +1,13 @@
 """The OpenAPI document describes what the server really does: `schemathesis run --checks all`
-against a gateway server process, authenticated with an agent key, finds nothing (a bounded
-number of examples per operation, so `make test` stays fast)."""
+against a gateway server process finds nothing — neither in the operations alone (examples,
+coverage, fuzzing) nor in the stateful phase, which follows the document's links from each
+answer naming a confirmation request to the operations on it — and warns of nothing (no
+operation went untested for lack of credentials or data). A bounded number of examples per
+operation, so `make test` stays fast."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -16,6 +20,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 
 from tests.conftest import apply_config
 
@@ -24,12 +29,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_EXAMPLES = 25
+WAIT_MAX_SECONDS = 1  # the server under test holds a pending answer at most this long: the run never waits longer
 
-# An agent without hooks: nothing it asks waits on a human, so `wait_seconds` never holds the run.
-AGENT = """
+# `fuzzed` asks a human for every tool whose name has an even length (half of what the run generates),
+# so pre-tool-use answers both `allow` and `pending` with a confirmation id the stateful phase follows;
+# nobody decides, and nothing expires during the run. Staff fuzz `fuzzed-staff-target`'s hooks, not its.
+AGENTS = """
 channels: [{name: web, kind: web}]
-agents: [{name: fuzzed, hooks: []}]
+agents:
+  - name: fuzzed
+    hooks:
+      - {kind: approval_gate, channel: web, when: "size(tool) % 2 == 0", timeout_seconds: 3600}
+  - name: fuzzed-staff-target
+    hooks: []
 """
+STAFF_USERNAME, STAFF_PASSWORD = "fuzz-staff", "fuzz-staff-password"
 
 
 def free_port() -> int:
@@ -48,6 +62,7 @@ def gateway_process(transactional_db):
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "GATEWAY_LOG_LEVEL": "ERROR",
+        "GATEWAY_WAIT_MAX_SECONDS": str(WAIT_MAX_SECONDS),
     }
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--host", "127.0.0.1",
@@ -68,28 +83,39 @@ def gateway_process(transactional_db):
     server.wait(timeout=15)
 
 
-def test_schemathesis_finds_no_failure(gateway_process, tmp_path):
+def test_schemathesis_finds_no_failure_and_follows_every_link(gateway_process, tmp_path):
     from approvals import services
-    from approvals.models import Agent
+    from approvals.models import Agent, ConfirmationRequest
 
-    apply_config(AGENT)
+    apply_config(AGENTS)
     _, key = services.api_key_create(agent=Agent.objects.get(name="fuzzed"))
+    User.objects.create_user(STAFF_USERNAME, password=STAFF_PASSWORD, is_staff=True)
+    report = tmp_path / "report.json"
     command = [
         shutil.which("schemathesis", path=os.path.dirname(sys.executable)) or "schemathesis",
         "--config-file", str(CONFIG),
         "run", f"{gateway_process}/api/v1/schema/",
         "--checks", "all",
-        "--header", f"Authorization: Bearer {key}",
         "--max-examples", str(MAX_EXAMPLES),
         "--workers", "1",
         "--request-timeout", "20",
         "--generation-database", "none",
+        "--report", "json", "--report-json-path", str(report),
         "--no-color",
     ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    summary = run.stdout[-3000:]
-    assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-20000:]}\n{run.stderr[-2000:]}"
-    assert "Tested: 14" in summary and " passed" in summary, summary
+    env = {**os.environ, "FUZZ_AGENT_KEY": key, "FUZZ_STAFF_USERNAME": STAFF_USERNAME,
+           "FUZZ_STAFF_PASSWORD": STAFF_PASSWORD}  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    output = f"{run.stdout[-20000:]}\n{run.stderr[-2000:]}"
+
+    assert run.returncode == 0, f"schemathesis found failures or warned:\n{output}"
+    assert "Tested: 14" in run.stdout, output
+    assert "✅ Stateful" in run.stdout, output
+    links = [line for line in run.stdout.splitlines() if "API Links:" in line]
+    assert links, output
+    covered, selected = (int(n) for n in links[0].split(":", 1)[1].replace("covered", "").split("/")[:2])
+    assert covered == selected > 0, links[0]
+    assert ConfirmationRequest.objects.exists()  # the stateful phase had requests to follow
 
 
 def test_strings_postgresql_cannot_store_are_a_400_naming_where_and_nothing_is_written(agent):

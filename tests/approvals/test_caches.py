@@ -147,7 +147,7 @@ def test_a_session_context_written_through_the_service_is_heard_and_forgotten(ag
 # --------------------------------------------------------------------------- a change made behind the services' back
 
 REVOKE_ONE_KEY = "UPDATE approvals_apikey SET revoked_at = now() WHERE key_prefix = %s AND revoked_at IS NULL"
-# docs/reference/commands.md, "Disabling an agent in an incident": every key of the agent at once.
+# docs/reference/commands.md, "Turning a key or an agent off": every key of the agent at once.
 REVOKE_THE_AGENT = ("UPDATE approvals_apikey SET revoked_at = now() WHERE revoked_at IS NULL "
                     "AND agent_id = (SELECT id FROM approvals_agent WHERE name = %s)")  # fmt: skip
 
