@@ -207,6 +207,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["approvals.api.parsing.JsonParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "approvals.api.negotiation.FirstRendererIfNoneAccepted",
     "EXCEPTION_HANDLER": "approvals.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

@@ -8,7 +8,7 @@ gateway_client.claude_code` does (`services.tool_call_pre`, the session and
 canonical tool input) and answers with the same hook JSON
 (`gateway_client.claude_code.answer_hook`).
 
-Waiting: `?max_wait=N` seconds (default 20, at most GATEWAY_WAIT_MAX_SECONDS)
+Waiting: `?max_wait=N` seconds (default 20; at most, the default too, GATEWAY_WAIT_MAX_SECONDS)
 for a human, then the still-pending deny (`?on_pending=ask` hands the call to
 Claude Code's own prompt instead). This is an async view: the wait is
 `approvals.waiting.wait_for_final` (the one waiting primitive), a coroutine, so a
@@ -56,7 +56,7 @@ class _Refused(Exception):
 
 def _max_wait(raw: str | None) -> float:
     if raw in (None, ""):
-        return DEFAULT_MAX_WAIT
+        return min(DEFAULT_MAX_WAIT, settings.GATEWAY_WAIT_MAX_SECONDS)  # the default never exceeds the maximum
     try:
         value = float(raw)
     except ValueError:

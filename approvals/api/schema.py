@@ -173,20 +173,16 @@ class CallbackUrlFieldSchema(OpenApiSerializerFieldExtension):
 
 
 BODY_METHODS = ("post", "put", "patch")
+# The operations on one confirmation request, which a pre-tool-use answer names (`confirmation_id`: null
+# when nothing was asked). Only pre-tool-use links to them: it is where a request comes from.
+ASK_OPERATION = "hooks_pre_tool_use_create"
 CONFIRMATION_OPERATIONS = ("confirmations_retrieve", "confirmations_wait_retrieve", "confirmations_cancel_create")
-# Which answer names a confirmation request: operation id -> (status, where in its body).
-CONFIRMATION_SOURCES = {
-    "hooks_pre_tool_use_create": ("200", "$response.body#/confirmation_id"),
-    "confirmations_retrieve": ("200", "$response.body#/id"),
-    "confirmations_wait_retrieve": ("200", "$response.body#/id"),
-    "confirmations_cancel_create": ("200", "$response.body#/id"),
-}
 
 
 def api_wide_answers(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: what every operation can answer beyond its view's own errors
-    (the body gate of `approvals.api.asgi`), and the links from each answer naming a confirmation request
-    to the operations on it."""
+    (the body gate of `approvals.api.asgi`), and the links from a pre-tool-use answer to the operations on
+    the confirmation request it names."""
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     for operations in result.get("paths", {}).values():
         for method, operation in operations.items():
@@ -194,16 +190,13 @@ def api_wide_answers(result: dict[str, Any], generator: Any, request: Any, publi
             statuses = (413, 415) if method in BODY_METHODS else (413,)
             for status in statuses:
                 responses.setdefault(str(status), {**error, "description": ERROR_DESCRIPTIONS[status]})
-            source = CONFIRMATION_SOURCES.get(operation.get("operationId", ""))
-            if source is not None:
-                status, where = source
-                responses[status]["links"] = {
+            if operation.get("operationId") == ASK_OPERATION:
+                responses["200"]["links"] = {
                     target: {
                         "operationId": target,
-                        "parameters": {"confirmation_id": where},
-                        "description": "The confirmation request this answer names.",
+                        "parameters": {"confirmation_id": "$response.body#/confirmation_id"},
+                        "description": "The confirmation request this answer names (when it is `pending`).",
                     }
                     for target in CONFIRMATION_OPERATIONS
-                    if target != operation["operationId"]
                 }
     return result

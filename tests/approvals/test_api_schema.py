@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_EXAMPLES = 25
-WAIT_MAX_SECONDS = 1  # the server under test holds a pending answer at most this long: the run never waits longer
+ASK = "/api/v1/hooks/pre-tool-use"
+WAIT_MAX_SECONDS = 0  # the server under test holds no pending answer: nothing in the run waits for a human
 
 # `fuzzed` asks a human for every tool whose name has an even length (half of what the run generates),
 # so pre-tool-use answers both `allow` and `pending` with a confirmation id the stateful phase follows;
@@ -111,10 +113,8 @@ def test_schemathesis_finds_no_failure_and_follows_every_link(gateway_process, t
     assert run.returncode == 0, f"schemathesis found failures or warned:\n{output}"
     assert "Tested: 14" in run.stdout, output
     assert "✅ Stateful" in run.stdout, output
-    links = [line for line in run.stdout.splitlines() if "API Links:" in line]
-    assert links, output
-    covered, selected = (int(n) for n in links[0].split(":", 1)[1].replace("covered", "").split("/")[:2])
-    assert covered == selected > 0, links[0]
+    links = re.search(r"API Links:\s+(\d+) covered / (\d+) selected", run.stdout)
+    assert links and links[1] == links[2] != "0", output  # every link followed at least once
     assert ConfirmationRequest.objects.exists()  # the stateful phase had requests to follow
 
 
@@ -154,3 +154,31 @@ def test_an_unknown_api_path_is_a_404_in_the_error_shape(agent):
     response = agent.http.get("/api/v1/nothing/here")
     assert response.status_code == 404
     assert response.json() == {"error": {"code": "not_found", "message": "no such API path", "details": None}}
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "image/png;q=1"])
+def test_an_accept_header_nothing_matches_still_gets_json_never_a_406(agent, accept):
+    """The document lists no 406: whatever `Accept` says, every route answers JSON (as the hot path does)."""
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+    answers = [
+        agent.http.post("/api/v1/hooks/session-start", json={"session_id": "s"}, headers={"accept": accept}),
+        agent.http.post(ASK, json={"session_id": "s", "tool_name": "x"}, headers={"accept": accept}),
+        agent.http.get(f"/api/v1/confirmations/{confirmation_id}", headers={"accept": accept}),
+        agent.http.get("/api/v1/confirmations/not-a-uuid", headers={"accept": accept}),
+    ]
+
+    assert [r.status_code for r in answers] == [200, 200, 200, 404]
+    assert all(r.headers["content-type"] == "application/json" for r in answers)
+
+
+def test_a_long_poll_without_a_timeout_holds_no_longer_than_the_maximum(agent, settings):
+    """The default (25 s) is capped by GATEWAY_WAIT_MAX_SECONDS like an explicit timeout, as documented:
+    found by the stateful phase, whose long-poll without `timeout` outlived the request timeout."""
+    settings.GATEWAY_WAIT_MAX_SECONDS = 1  # read per request by the live gateway in this process
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+
+    started = time.monotonic()
+    response = agent.http.get(f"/api/v1/confirmations/{confirmation_id}/wait", timeout=10)
+
+    assert response.status_code == 200 and response.json()["status"] == "pending"
+    assert time.monotonic() - started < 5
