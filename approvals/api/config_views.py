@@ -27,7 +27,9 @@ from approvals.models import Agent
 from gateway.configfile import ConfigError
 from hooks.registry import KNOWN_KINDS
 
-SEE_SCHEMA = "validated whole like the config file (docs/reference/config.md; its JSON Schema: GET /api/v1/hooks/schema)"
+SEE_SCHEMA = (
+    "validated whole like the config file (docs/reference/config.md; its JSON Schema: GET /api/v1/hooks/schema)"
+)
 # What the OpenAPI document says of a config's shape: each hook names a known kind, a file has only its two
 # lists. Each kind's keys are in the config's own JSON Schema; rules no schema can state (a gate's channel
 # exists, `when` is valid CEL, a regex compiles) are checked too, and refused as 400 `invalid_config`.
@@ -41,7 +43,10 @@ CONFIG_FILE = {
     "additionalProperties": False,
     "properties": {
         "channels": {"type": "array", "items": {"type": "object", "required": ["name", "kind"]}},
-        "agents": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {"hooks": HOOK_LIST}}},
+        "agents": {
+            "type": "array",
+            "items": {"type": "object", "required": ["name"], "properties": {"hooks": HOOK_LIST}},
+        },
     },
     "description": f"A whole config file (YAML, or JSON, which is YAML too), {SEE_SCHEMA}.",
 }
