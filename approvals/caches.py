@@ -11,6 +11,11 @@ process hears it at commit and drops those entries, and a listener that
 listen (a Celery worker, a management command, SQLite) reads the database
 every time.
 
+A change made behind the services' back (an incident runbook revoking a key in
+SQL) is announced to nobody. So no entry is served once it is older than
+GATEWAY_CACHE_MAX_AGE_SECONDS (5): such a change takes effect within that
+bound, the next call reading the database again (docs/architecture.md).
+
 Two races, both closed:
 - between a change's commit and its notification being heard, a call could
   be served from what was cached before: the call is recorded only if the
@@ -31,9 +36,11 @@ import collections
 import dataclasses
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
+from django.conf import settings
 from django.db.models import F
 
 from approvals.models import Agent
@@ -56,13 +63,25 @@ class KeyHolder:
     generation: int
 
 
+@dataclasses.dataclass(frozen=True)
+class _Entry(Generic[T]):
+    """A cached value and when it was read (`time.monotonic()`)."""
+
+    value: T
+    read_at: float
+
+    def fresh(self) -> bool:
+        """Whether it may still be served: younger than GATEWAY_CACHE_MAX_AGE_SECONDS."""
+        return time.monotonic() - self.read_at < settings.GATEWAY_CACHE_MAX_AGE_SECONDS
+
+
 class _Cache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._generation = 0
-        self._keys: dict[str, KeyHolder] = {}  # key hash -> holder
-        self._hooks: dict[int, Any] = {}  # agent id -> (generation, version, hooks)
-        self._sessions: collections.OrderedDict[str, tuple[Any]] = collections.OrderedDict()  # -> (stored,)
+        self._keys: dict[str, _Entry[KeyHolder]] = {}  # key hash -> holder
+        self._hooks: dict[int, _Entry[Any]] = {}  # agent id -> (generation, version, hooks)
+        self._sessions: collections.OrderedDict[str, _Entry[Any]] = collections.OrderedDict()  # -> stored
         self.last_used: dict[int, dt.datetime] = {}  # key id -> last time written to the key's row
 
     def forget(self, what: str) -> None:
@@ -71,7 +90,7 @@ class _Cache:
             if what.startswith("agent:") and what[6:].isdigit():
                 agent_id = int(what[6:])
                 self._hooks.pop(agent_id, None)
-                for key_hash in [h for h, holder in self._keys.items() if holder.agent_id == agent_id]:
+                for key_hash in [h for h, entry in self._keys.items() if entry.value.agent_id == agent_id]:
                     del self._keys[key_hash]
             elif what.startswith(SESSION_CHANGED_PREFIX):
                 self._sessions.pop(what, None)
@@ -80,19 +99,20 @@ class _Cache:
                 self._hooks.clear()
                 self._sessions.clear()
 
-    def _get(self, table: dict[Any, T], key: Any, read: Callable[[], T | None]) -> T | None:
+    def _get(self, table: dict[Any, _Entry[T]], key: Any, read: Callable[[], T | None]) -> T | None:
         if not realtime.listening():
             return read()
         found = table.get(key)
-        if found is not None:
-            return found
+        if found is not None and found.fresh():
+            return found.value
         with self._lock:
             generation = self._generation
+        read_at = time.monotonic()  # before the read: its age counts from what the database said then
         value = read()
         if value is not None:
             with self._lock:
                 if generation == self._generation and realtime.listening():
-                    table[key] = value
+                    table[key] = _Entry(value, read_at)
         return value
 
     def active(self) -> bool:
@@ -100,8 +120,9 @@ class _Cache:
         return realtime.listening()
 
     def peek_key_holder(self, key_hash: str) -> KeyHolder | None:
-        """A cached holder, without reading the database (None on a miss, or while not listening)."""
-        return self._keys.get(key_hash) if realtime.listening() else None
+        """A cached holder, without reading the database (None on a miss, a stale entry, or while not listening)."""
+        found = self._keys.get(key_hash) if realtime.listening() else None
+        return found.value if found is not None and found.fresh() else None
 
     def key_holder(self, key_hash: str, read: Callable[[], KeyHolder | None]) -> KeyHolder | None:
         return self._get(self._keys, key_hash, read)
@@ -110,8 +131,9 @@ class _Cache:
         return self._get(self._hooks, agent_id, read)
 
     def peek_session_context(self, agent: str, session_id: str) -> tuple[Any] | None:
-        """`(stored,)` if a session's context is cached, else None (no database read)."""
-        return self._sessions.get(session_changed(agent, session_id)) if realtime.listening() else None
+        """`(stored,)` if a session's context is cached and fresh, else None (no database read)."""
+        found = self._sessions.get(session_changed(agent, session_id)) if realtime.listening() else None
+        return (found.value,) if found is not None and found.fresh() else None
 
     def session_context(self, agent: str, session_id: str, read: Callable[[], Any]) -> Any:
         """A session's stored context (None if nothing was said about it), `read` on a miss."""
@@ -120,14 +142,16 @@ class _Cache:
         key = session_changed(agent, session_id)
         with self._lock:
             found = self._sessions.get(key)
-            if found is not None:
+            if found is not None and found.fresh():
                 self._sessions.move_to_end(key)
-                return found[0]
+                return found.value
             generation = self._generation
+        read_at = time.monotonic()
         value = read()
         with self._lock:
             if generation == self._generation and realtime.listening():
-                self._sessions[key] = (value,)
+                self._sessions[key] = _Entry(value, read_at)
+                self._sessions.move_to_end(key)
                 if len(self._sessions) > SESSION_ENTRIES:
                     self._sessions.popitem(last=False)
         return value

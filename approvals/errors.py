@@ -38,3 +38,17 @@ class AlreadyDecided(Conflict):
 class IdempotencyMismatch(GatewayError):
     status = 422
     code = "idempotency_key_reused"
+
+
+class PayloadTooLarge(GatewayError):
+    """The body is over GATEWAY_MAX_BODY_BYTES: refused before it is read."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    """The body does not say it is JSON (or, where a route takes it, YAML): refused before it is read."""
+
+    status = 415
+    code = "unsupported_media_type"

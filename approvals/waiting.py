@@ -87,7 +87,7 @@ def db_call(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
 def parse_timeout(raw: str | None) -> float:
     """The long-poll's `timeout` query parameter, in seconds; InvalidInput (400) if it is not one."""
     if raw in (None, ""):
-        return DEFAULT_TIMEOUT
+        return min(DEFAULT_TIMEOUT, settings.GATEWAY_WAIT_MAX_SECONDS)  # the default never exceeds the maximum
     try:
         value = float(raw)  # type: ignore[arg-type]
     except ValueError:

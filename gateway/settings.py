@@ -86,6 +86,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "approvals.api.middleware.api_errors_as_json",  # first: it sees every answer, Django's own error pages too
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -179,6 +180,15 @@ GATEWAY_WAIT_RECHECK_SECONDS = env_int("GATEWAY_WAIT_RECHECK_SECONDS", 5)
 GATEWAY_OUTBOX_RELAY_AFTER_SECONDS = env_int("GATEWAY_OUTBOX_RELAY_AFTER_SECONDS", 10)
 GATEWAY_OUTBOX_MAX_ATTEMPTS = env_int("GATEWAY_OUTBOX_MAX_ATTEMPTS", 8)
 GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS = env_int("GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS", 86400)
+# The longest a server process serves what it cached of a key, an agent or a session without reading the
+# database again: a change made behind the services' back (SQL) takes effect within it (docs/architecture.md).
+GATEWAY_CACHE_MAX_AGE_SECONDS = env_int("GATEWAY_CACHE_MAX_AGE_SECONDS", 5)
+if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
+    raise ImproperlyConfigured(f"GATEWAY_CACHE_MAX_AGE_SECONDS must be 0 or more, got {GATEWAY_CACHE_MAX_AGE_SECONDS}")
+# The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
+GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
+if GATEWAY_MAX_BODY_BYTES < 1024:
+    raise ImproperlyConfigured(f"GATEWAY_MAX_BODY_BYTES must be at least 1024 (bytes), got {GATEWAY_MAX_BODY_BYTES}")
 # Retention (docs/audit.md): 0 keeps everything; N > 0 makes beat purge records older than N days, daily.
 GATEWAY_RETENTION_DAYS = env_int("GATEWAY_RETENTION_DAYS", 0)
 if GATEWAY_RETENTION_DAYS < 0:
@@ -201,7 +211,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["approvals.api.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["approvals.api.parsing.JsonParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "approvals.api.negotiation.FirstRendererIfNoneAccepted",
     "EXCEPTION_HANDLER": "approvals.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -213,6 +224,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # 3.1: JSON Schema proper (`propertyNames`, `null` as a type), to state what the server refuses.
     "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "approvals.api.schema.api_wide_answers"],
 }
 
 # --- Misc ------------------------------------------------------------------
@@ -223,7 +235,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "approval-login"
-DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES  # Django's own check agrees with the ASGI layer's
 
 LOGGING = {
     "version": 1,

@@ -1,7 +1,14 @@
-"""The agent API's hot paths, served as coroutines in front of Django.
+"""The agent API's hot paths, served as coroutines in front of Django, and the bound on every body.
 
-`AgentApiMiddleware` sits in front of Django's ASGI handler (`gateway.asgi`)
-and serves two paths itself:
+`AgentApiMiddleware` sits in front of Django's ASGI handler (`gateway.asgi`).
+Every HTTP request passes its body gate first, before anything is looked up
+or stored (docs/reference/api.md, "Limits"): a declared `Content-Length` over
+GATEWAY_MAX_BODY_BYTES is a 413 at once, and a body without one (chunked) is
+counted as it streams in and refused with a 413 the moment the count passes
+the limit — whoever reads it, the hot path below or Django (whose own reading
+is unbounded: it spools any body to a temporary file). Under `/api/` a body
+that does not say it is JSON is a 415. Both answers close the connection: the
+rest of the body is never read. It then serves two paths itself:
 
 - `POST /api/v1/hooks/pre-tool-use` — every tool call of every agent. A
   well-formed request from a live key is served here, without Django's
@@ -38,9 +45,10 @@ from django.db import connection
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
+from approvals.api.parsing import JSON_MEDIA_TYPES, YAML_MEDIA_TYPES, json_loads, media_type
 from approvals.api.views import PreToolUseApi
 from approvals.caches import KeyHolder, StaleCache, cache
-from approvals.errors import GatewayError, InvalidInput
+from approvals.errors import GatewayError, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
@@ -52,6 +60,10 @@ R = TypeVar("R")
 
 WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
+API_PREFIX = "/api/"
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# The bodies API routes take: JSON, and a config file to validate may be YAML too (docs/policies.md).
+BODY_MEDIA_TYPES = {"/api/v1/config/validate": JSON_MEDIA_TYPES | YAML_MEDIA_TYPES}
 
 
 def final_answer(confirmation: ConfirmationState, pending_answer: dict[str, Any]) -> dict[str, Any]:
@@ -114,20 +126,35 @@ def _holder(raw_key: str) -> KeyHolder | None:
 
 
 class AgentApiMiddleware:
-    """ASGI middleware: serves the agent API's hot paths as coroutines, the rest goes to Django."""
+    """ASGI middleware: bounds every HTTP request's body, serves the agent API's hot paths as coroutines,
+    and hands the rest to Django."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            path = scope["path"]
-            match = WAIT_PATH.match(path)
-            if match and scope["method"] == "GET":
-                return await self._wait(scope, send, match.group("id"))
-            if PRE_TOOL_USE_PATH.match(path) and scope["method"] == "POST":
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refused = body_refusal(scope)
+        if refused is not None:
+            return await _send_refusal(send, refused)
+        receive = bounded_receive(receive, settings.GATEWAY_MAX_BODY_BYTES)
+        path, method = scope["path"], scope["method"]
+        match = WAIT_PATH.match(path) if method == "GET" else None
+        if match or (method == "POST" and PRE_TOOL_USE_PATH.match(path)):
+            try:
+                if match:
+                    return await self._wait(scope, send, match.group("id"))
                 return await self._pre_tool_use(scope, receive, send)
-        return await self.app(scope, receive, send)
+            except PayloadTooLarge as exc:
+                return await _send_refusal(send, exc)
+            except Exception:  # e.g. the database unreachable: still the API's error shape
+                logger.exception("%s %s failed", method, path)
+                return await _send_json(send, 500, error_body("internal_error", "the gateway failed; see its log"))
+        try:
+            return await self.app(scope, receive, send)
+        except PayloadTooLarge as exc:  # Django reads the whole body before anything else: nothing was sent
+            return await _send_refusal(send, exc)
 
     async def _wait(self, scope, send, raw_id: str) -> None:
         raw_key = bearer_token(_header(scope, b"authorization"))
@@ -191,9 +218,9 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
     if holder is None:
         return False
     try:
-        data = json.loads(body)
+        data = json_loads(body)
     except ValueError:
-        return False
+        return False  # Django answers with what is wrong (400 `malformed`)
     if not isinstance(data, dict):
         return False
     serializer = PreToolUseApi.InputSerializer(data=data)
@@ -233,7 +260,7 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
 def _wait_seconds_of(body: bytes) -> float:
     """`wait_seconds` if the body is a JSON object with a sane positive number; else 0 (Django validates)."""
     try:
-        data = json.loads(body)
+        data = json_loads(body)
     except ValueError:
         return 0
     value = data.get("wait_seconds") if isinstance(data, dict) else None
@@ -249,6 +276,54 @@ def _header(scope, name: bytes) -> str:
         if key.lower() == name:
             return value.decode("latin-1")
     return ""
+
+
+def body_refusal(scope) -> GatewayError | None:
+    """Why this request's body is refused before a byte of it is read, or None: a declared length over
+    the limit (413), or under `/api/` a body that is not of a media type its route takes (415)."""
+    length, content_type, chunked = None, None, False
+    for key, value in scope.get("headers", ()):
+        key = key.lower()
+        if key == b"content-length":
+            length = int(value) if value.isdigit() else None  # the server has refused a bad one already
+        elif key == b"content-type":
+            content_type = value.decode("latin-1")
+        elif key == b"transfer-encoding":
+            chunked = True
+    limit = settings.GATEWAY_MAX_BODY_BYTES
+    if length is not None and length > limit:
+        return PayloadTooLarge(
+            f"the body is {length} bytes; the gateway reads at most {limit} (GATEWAY_MAX_BODY_BYTES)",
+            details={"max_bytes": limit},
+        )
+    path = scope["path"]
+    if path.startswith(API_PREFIX) and scope["method"] in BODY_METHODS and (chunked or length):
+        accepted = BODY_MEDIA_TYPES.get(path.rstrip("/"), JSON_MEDIA_TYPES)
+        if content_type is None or media_type(content_type) not in accepted:
+            return UnsupportedMediaType(
+                f"the body must be sent as {' or '.join(sorted(accepted))}, not "
+                + (repr(content_type) if content_type is not None else "without a Content-Type"),
+                details={"accepted": sorted(accepted)},
+            )
+    return None
+
+
+def bounded_receive(receive, limit: int):
+    """`receive`, counting the body as it streams in: PayloadTooLarge the moment it passes `limit` bytes."""
+    received = 0
+
+    async def bounded():
+        nonlocal received
+        message = await receive()
+        received += len(message.get("body", b""))
+        if received > limit:
+            raise PayloadTooLarge(
+                f"the body is over {limit} bytes (GATEWAY_MAX_BODY_BYTES); the rest was not read",
+                details={"max_bytes": limit},
+            )
+        return message
+
+    return bounded
 
 
 async def _read_body(receive) -> bytes:
@@ -301,13 +376,15 @@ class _CapturedResponse:
         await send({"type": "http.response.body", "body": bytes(self.body)})
 
 
-async def _send_json(send, status: int, data: dict[str, Any]) -> None:
+async def _send_json(send, status: int, data: dict[str, Any], *, close: bool = False) -> None:
     body = json.dumps(data).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_refusal(send, refused: GatewayError) -> None:
+    """A refused body's answer; the connection closes after it, as the rest of the body is never read."""
+    await _send_json(send, refused.status, error_body(refused.code, refused.message, refused.details), close=True)

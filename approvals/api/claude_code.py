@@ -8,7 +8,7 @@ gateway_client.claude_code` does (`services.tool_call_pre`, the session and
 canonical tool input) and answers with the same hook JSON
 (`gateway_client.claude_code.answer_hook`).
 
-Waiting: `?max_wait=N` seconds (default 20, at most GATEWAY_WAIT_MAX_SECONDS)
+Waiting: `?max_wait=N` seconds (default 20; at most, the default too, GATEWAY_WAIT_MAX_SECONDS)
 for a human, then the still-pending deny (`?on_pending=ask` hands the call to
 Claude Code's own prompt instead). This is an async view: the wait is
 `approvals.waiting.wait_for_final` (the one waiting primitive), a coroutine, so a
@@ -25,7 +25,6 @@ command hook where that must block.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from typing import Any
@@ -39,6 +38,7 @@ from django.views.decorators.http import require_POST
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
+from approvals.api.parsing import json_loads
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.types import PreToolUseAnswer
 from approvals.waiting import wait_for_final
@@ -56,7 +56,7 @@ class _Refused(Exception):
 
 def _max_wait(raw: str | None) -> float:
     if raw in (None, ""):
-        return DEFAULT_MAX_WAIT
+        return min(DEFAULT_MAX_WAIT, settings.GATEWAY_WAIT_MAX_SECONDS)  # the default never exceeds the maximum
     try:
         value = float(raw)
     except ValueError:
@@ -102,9 +102,9 @@ def _ask(raw_key: str, hook: HookInput, user_id: str) -> tuple[Any, PreToolUseAn
 async def claude_code_hook(request: HttpRequest) -> JsonResponse:
     """Answer one Claude Code PreToolUse / PermissionRequest hook, waiting up to `max_wait` seconds."""
     try:
-        data = json.loads(request.body)
-    except ValueError:
-        data = None
+        data = json_loads(request.body)
+    except ValueError as exc:
+        return JsonResponse(error_body("malformed", f"the body is not JSON the gateway reads: {exc}"), status=400)
     if not isinstance(data, dict):
         return JsonResponse(error_body("malformed", "the body must be Claude Code's hook JSON object"), status=400)
     try:

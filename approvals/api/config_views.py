@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiTypes, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiTypes, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.permissions import AllowAny, IsAdminUser
@@ -25,6 +25,38 @@ from approvals.config_schema import config_json_schema, parse_config_text
 from approvals.errors import GatewayError, InvalidInput, NotFound
 from approvals.models import Agent
 from gateway.configfile import ConfigError
+from hooks.registry import KNOWN_KINDS
+
+SEE_SCHEMA = (
+    "validated whole like the config file (docs/reference/config.md; its JSON Schema: GET /api/v1/hooks/schema)"
+)
+# What the OpenAPI document says of a config's shape: each hook names a known kind, a file has only its two
+# lists. Each kind's keys are in the config's own JSON Schema; rules no schema can state (a gate's channel
+# exists, `when` is valid CEL, a regex compiles) are checked too, and refused as 400 `invalid_config`.
+HOOK_LIST = {
+    "type": "array",
+    "items": {"type": "object", "required": ["kind"], "properties": {"kind": {"enum": list(KNOWN_KINDS)}}},
+    "description": f"The ordered hook list, {SEE_SCHEMA}.",
+}
+CONFIG_FILE = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "channels": {"type": "array", "items": {"type": "object", "required": ["name", "kind"]}},
+        "agents": {
+            "type": "array",
+            "items": {"type": "object", "required": ["name"], "properties": {"hooks": HOOK_LIST}},
+        },
+    },
+    "description": f"A whole config file (YAML, or JSON, which is YAML too), {SEE_SCHEMA}.",
+}
+
+
+@extend_schema_field(HOOK_LIST)
+class HookListField(serializers.ListField):
+    """An agent's hook list (objects; validated whole by `services.agent_hooks_apply`)."""
+
+    child = serializers.DictField()
 
 
 class ConfigInvalid(GatewayError):
@@ -71,11 +103,7 @@ class AgentHooksApi(StaffOnly, APIView):
     """Read or replace one agent's hooks. A replacement is validated whole and becomes a new version."""
 
     class AgentHooksInput(StrictSerializer):
-        hooks = serializers.ListField(
-            child=serializers.DictField(),
-            help_text="The ordered hook list, validated whole like the config file's `agents[].hooks` "
-            "(docs/reference/config.md; its JSON Schema: GET /api/v1/hooks/schema).",
-        )
+        hooks = HookListField()
 
     output = inline_serializer(
         "AgentHooks",
@@ -120,7 +148,7 @@ class ConfigValidateApi(StaffOnly, APIView):
     """
 
     @extend_schema(
-        request={"application/yaml": OpenApiTypes.STR, "application/json": OpenApiTypes.OBJECT},
+        request={"application/yaml": CONFIG_FILE, "application/json": CONFIG_FILE},
         responses={
             200: inline_serializer(
                 "ConfigValid",

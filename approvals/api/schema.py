@@ -1,11 +1,16 @@
 """What the OpenAPI document (`GET /api/v1/schema/`) says beyond what drf-spectacular infers,
 so that it describes what the server really does (docs/reference/api.md):
 
-- every error an operation can answer, in the contract's one error shape (`Error`);
+- every error an operation can answer, in the contract's one error shape (`Error`): each view names its
+  own (`error_responses`), and `api_wide_answers` adds what the ASGI layer answers for every route
+  (413 for a body over the limit, 415 for one that is not JSON);
+- the links between operations (`api_wide_answers`): the `confirmation_id` a pre-tool-use answers is the
+  request the confirmation operations take — what schemathesis' stateful phase follows;
 - request bodies refuse unknown fields (`additionalProperties: false`);
 - strings never contain NUL (U+0000), which PostgreSQL cannot store.
 
-The extensions register themselves when this module is imported (`approvals.api.views` does).
+The extensions register themselves when this module is imported (`approvals.api.views` does);
+`api_wide_answers` is a drf-spectacular postprocessing hook (SPECTACULAR_SETTINGS).
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ ERROR_DESCRIPTIONS = {
     404: "`not_found`: no such record for this caller (another agent's request is a 404 too).",
     409: "`already_decided` or `conflict` (e.g. a post-tool-use for a call that was never allowed).",
     422: "`idempotency_key_reused`: the same idempotency_key with a different body.",
+    413: "`payload_too_large`: the body is over GATEWAY_MAX_BODY_BYTES (1 MiB by default); refused before "
+    "it was read, and nothing was changed. `details.max_bytes` is the limit.",
+    415: "`unsupported_media_type`: the body was not sent as `application/json` (or, for a config file, "
+    "YAML); refused before it was read, and nothing was changed. `details.accepted` lists what is.",
 }
 
 
@@ -161,3 +170,33 @@ class CallbackUrlFieldSchema(OpenApiSerializerFieldExtension):
             "Its host must be a DNS name that resolves to a public address when the webhook is sent "
             "(or one GATEWAY_OUTBOUND_ALLOW allows).",
         }
+
+
+BODY_METHODS = ("post", "put", "patch")
+# The operations on one confirmation request, which a pre-tool-use answer names (`confirmation_id`: null
+# when nothing was asked). Only pre-tool-use links to them: it is where a request comes from.
+ASK_OPERATION = "hooks_pre_tool_use_create"
+CONFIRMATION_OPERATIONS = ("confirmations_retrieve", "confirmations_wait_retrieve", "confirmations_cancel_create")
+
+
+def api_wide_answers(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: what every operation can answer beyond its view's own errors
+    (the body gate of `approvals.api.asgi`), and the links from a pre-tool-use answer to the operations on
+    the confirmation request it names."""
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            statuses = (413, 415) if method in BODY_METHODS else (413,)
+            for status in statuses:
+                responses.setdefault(str(status), {**error, "description": ERROR_DESCRIPTIONS[status]})
+            if operation.get("operationId") == ASK_OPERATION:
+                responses["200"]["links"] = {
+                    target: {
+                        "operationId": target,
+                        "parameters": {"confirmation_id": "$response.body#/confirmation_id"},
+                        "description": "The confirmation request this answer names (when it is `pending`).",
+                    }
+                    for target in CONFIRMATION_OPERATIONS
+                }
+    return result

@@ -262,7 +262,7 @@ class ConfirmationWaitApi(APIView):
             OpenApiParameter(
                 "timeout",
                 {"type": "number", "minimum": 0, "maximum": settings.GATEWAY_WAIT_MAX_SECONDS},
-                description="Seconds to hold the request (default 25).",
+                description="Seconds to hold the request (default 25, or GATEWAY_WAIT_MAX_SECONDS if that is less).",
             ),
         ],
         responses={200: ConfirmationOutput, **error_responses(400, 401, 404)},

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from approvals import selectors
@@ -75,7 +76,7 @@ def tool_call_pre(
     """
     metadata = metadata or {}
     if idempotency_key:
-        existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+        existing = _asked_before(agent, idempotency_key, served_under)
         if existing is not None:
             return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
 
@@ -164,11 +165,25 @@ def tool_call_pre(
             _insert(record, served_under, stored)
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
-        existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+        existing = _asked_before(agent, idempotency_key, served_under) if idempotency_key else None
         if existing is None:
             raise
         return _replay(existing, fingerprint=fingerprint, tool_args=tool_args)
     return answer
+
+
+def _asked_before(agent: Agent, idempotency_key: str, served_under: int | None) -> ToolCall | None:
+    """The call first asked with this idempotency key, if any. Served from a cache (`served_under`), a
+    repeat ask checks the agent's generation as a first ask's INSERT does — in the same query — so a key
+    revoked a moment ago is refused on a repeat ask too: StaleCache, and the caller reads the key afresh."""
+    calls = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key)
+    if served_under is None:
+        return calls.first()
+    current = Agent.objects.filter(pk=agent.pk, generation=served_under)
+    found = calls.annotate(served_current=Exists(current)).first()
+    if found is not None and not found.served_current:
+        raise StaleCache(f"agent {agent.pk} changed since generation {served_under}")
+    return found
 
 
 def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> None:

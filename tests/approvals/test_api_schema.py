@@ -1,10 +1,15 @@
 """The OpenAPI document describes what the server really does: `schemathesis run --checks all`
-against a gateway server process, authenticated with an agent key, finds nothing (a bounded
-number of examples per operation, so `make test` stays fast)."""
+against a gateway server process finds nothing — neither in the operations alone (examples,
+coverage, fuzzing) nor in the stateful phase, which follows the document's links from each
+answer naming a confirmation request to the operations on it — and warns of nothing (no
+operation went untested for lack of credentials or data). A bounded number of examples per
+operation, so `make test` stays fast."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +21,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 
 from tests.conftest import apply_config
 
@@ -24,12 +30,22 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_EXAMPLES = 25
+ASK = "/api/v1/hooks/pre-tool-use"
+WAIT_MAX_SECONDS = 0  # the server under test holds no pending answer: nothing in the run waits for a human
 
-# An agent without hooks: nothing it asks waits on a human, so `wait_seconds` never holds the run.
-AGENT = """
+# `fuzzed` asks a human for every tool whose name has an even length (half of what the run generates),
+# so pre-tool-use answers both `allow` and `pending` with a confirmation id the stateful phase follows;
+# nobody decides, and nothing expires during the run. Staff fuzz `fuzzed-staff-target`'s hooks, not its.
+AGENTS = """
 channels: [{name: web, kind: web}]
-agents: [{name: fuzzed, hooks: []}]
+agents:
+  - name: fuzzed
+    hooks:
+      - {kind: approval_gate, channel: web, when: "size(tool) % 2 == 0", timeout_seconds: 3600}
+  - name: fuzzed-staff-target
+    hooks: []
 """
+STAFF_USERNAME, STAFF_PASSWORD = "fuzz-staff", "fuzz-staff-password"
 
 
 def free_port() -> int:
@@ -48,6 +64,7 @@ def gateway_process(transactional_db):
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{login}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "GATEWAY_LOG_LEVEL": "ERROR",
+        "GATEWAY_WAIT_MAX_SECONDS": str(WAIT_MAX_SECONDS),
     }
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--host", "127.0.0.1",
@@ -68,28 +85,37 @@ def gateway_process(transactional_db):
     server.wait(timeout=15)
 
 
-def test_schemathesis_finds_no_failure(gateway_process, tmp_path):
+def test_schemathesis_finds_no_failure_and_follows_every_link(gateway_process, tmp_path):
     from approvals import services
-    from approvals.models import Agent
+    from approvals.models import Agent, ConfirmationRequest
 
-    apply_config(AGENT)
+    apply_config(AGENTS)
     _, key = services.api_key_create(agent=Agent.objects.get(name="fuzzed"))
+    User.objects.create_user(STAFF_USERNAME, password=STAFF_PASSWORD, is_staff=True)
+    report = tmp_path / "report.json"
     command = [
         shutil.which("schemathesis", path=os.path.dirname(sys.executable)) or "schemathesis",
         "--config-file", str(CONFIG),
         "run", f"{gateway_process}/api/v1/schema/",
         "--checks", "all",
-        "--header", f"Authorization: Bearer {key}",
         "--max-examples", str(MAX_EXAMPLES),
         "--workers", "1",
         "--request-timeout", "20",
         "--generation-database", "none",
+        "--report", "json", "--report-json-path", str(report),
         "--no-color",
     ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    summary = run.stdout[-3000:]
-    assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-20000:]}\n{run.stderr[-2000:]}"
-    assert "Tested: 14" in summary and " passed" in summary, summary
+    env = {**os.environ, "FUZZ_AGENT_KEY": key, "FUZZ_STAFF_USERNAME": STAFF_USERNAME,
+           "FUZZ_STAFF_PASSWORD": STAFF_PASSWORD}  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    output = f"{run.stdout[-20000:]}\n{run.stderr[-2000:]}"
+
+    assert run.returncode == 0, f"schemathesis found failures or warned:\n{output}"
+    assert "Tested: 14" in run.stdout, output
+    assert "✅ Stateful" in run.stdout, output
+    links = re.search(r"API Links:\s+(\d+) covered / (\d+) selected", run.stdout)
+    assert links and links[1] == links[2] != "0", output  # every link followed at least once
+    assert ConfirmationRequest.objects.exists()  # the stateful phase had requests to follow
 
 
 def test_strings_postgresql_cannot_store_are_a_400_naming_where_and_nothing_is_written(agent):
@@ -128,3 +154,31 @@ def test_an_unknown_api_path_is_a_404_in_the_error_shape(agent):
     response = agent.http.get("/api/v1/nothing/here")
     assert response.status_code == 404
     assert response.json() == {"error": {"code": "not_found", "message": "no such API path", "details": None}}
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "image/png;q=1"])
+def test_an_accept_header_nothing_matches_still_gets_json_never_a_406(agent, accept):
+    """The document lists no 406: whatever `Accept` says, every route answers JSON (as the hot path does)."""
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+    answers = [
+        agent.http.post("/api/v1/hooks/session-start", json={"session_id": "s"}, headers={"accept": accept}),
+        agent.http.post(ASK, json={"session_id": "s", "tool_name": "x"}, headers={"accept": accept}),
+        agent.http.get(f"/api/v1/confirmations/{confirmation_id}", headers={"accept": accept}),
+        agent.http.get("/api/v1/confirmations/not-a-uuid", headers={"accept": accept}),
+    ]
+
+    assert [r.status_code for r in answers] == [200, 200, 200, 404]
+    assert all(r.headers["content-type"] == "application/json" for r in answers)
+
+
+def test_a_long_poll_without_a_timeout_holds_no_longer_than_the_maximum(agent, settings):
+    """The default (25 s) is capped by GATEWAY_WAIT_MAX_SECONDS like an explicit timeout, as documented:
+    found by the stateful phase, whose long-poll without `timeout` outlived the request timeout."""
+    settings.GATEWAY_WAIT_MAX_SECONDS = 1  # read per request by the live gateway in this process
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {}).json()["confirmation_id"]
+
+    started = time.monotonic()
+    response = agent.http.get(f"/api/v1/confirmations/{confirmation_id}/wait", timeout=10)
+
+    assert response.status_code == 200 and response.json()["status"] == "pending"
+    assert time.monotonic() - started < 5

@@ -4,10 +4,13 @@ change late — not even in the moment between a change's commit and its notific
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models import F
+from django.test import Client
 
 from approvals import services
 from approvals.caches import cache
@@ -139,3 +142,59 @@ def test_a_session_context_written_through_the_service_is_heard_and_forgotten(ag
     wait_until(lambda: cache.peek_session_context("cached-bot", "s-1") is None, what="the context to be forgotten")
     agent.pre_tool_use("web__search", {})
     assert ToolCall.objects.order_by("-created_at").first().user_id == "bob"
+
+
+# --------------------------------------------------------------------------- a change made behind the services' back
+
+REVOKE_ONE_KEY = "UPDATE approvals_apikey SET revoked_at = now() WHERE key_prefix = %s AND revoked_at IS NULL"
+# docs/reference/commands.md, "Turning a key or an agent off": every key of the agent at once.
+REVOKE_THE_AGENT = ("UPDATE approvals_apikey SET revoked_at = now() WHERE revoked_at IS NULL "
+                    "AND agent_id = (SELECT id FROM approvals_agent WHERE name = %s)")  # fmt: skip
+
+
+@pytest.mark.parametrize("statement", ["one key", "the whole agent"])
+def test_a_key_revoked_in_sql_stops_being_served_within_the_documented_bound(agent, statement):
+    bound = settings.GATEWAY_CACHE_MAX_AGE_SECONDS
+    with connection.cursor() as cursor:  # an incident runbook: no service, no notification, no generation
+        if statement == "one key":
+            cursor.execute(REVOKE_ONE_KEY, [agent.key[:10]])
+        else:
+            cursor.execute(REVOKE_THE_AGENT, ["cached-bot"])
+    revoked = time.monotonic()
+    answers: list[tuple[float, int]] = []  # (when the request started, after the revocation; its status)
+
+    def refused() -> bool:
+        started = time.monotonic() - revoked
+        answers.append((started, agent.pre_tool_use("web__search", {}).status_code))
+        return answers[-1][1] == 401
+
+    wait_until(refused, timeout=bound + 15, what=f"the revoked key to be refused (bound: {bound} s)")
+    served_late = [(round(started, 2), status) for started, status in answers if started > bound and status != 401]
+    assert not served_late, f"served more than {bound} s after its revocation: {served_late}"
+    assert {status for _, status in answers} <= {200, 401}
+
+
+def test_a_repeat_ask_checks_the_key_like_a_first_ask(agent):
+    first = agent.pre_tool_use("web__search", {"q": "x"}, idempotency_key="k-1")
+    assert first.status_code == 200 and first.json()["decision"] == "allow"
+    # Revoked and committed; this server has not heard of it yet (the moment before its notification arrives).
+    changed_unheard(agent.agent, REVOKE_ONE_KEY, [agent.key[:10]])
+
+    again = agent.pre_tool_use("web__search", {"q": "x"}, idempotency_key="k-1")
+
+    assert again.status_code == 401 and again.json()["error"]["code"] == "unauthorized"
+
+
+def test_a_repeat_ask_to_the_django_view_checks_the_key_like_a_first_ask(agent):
+    """The same through Django and DRF's view alone (as served without the ASGI layer)."""
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {agent.key}")
+    body = json.dumps({"session_id": "s-1", "tool_name": "web__search", "idempotency_key": "k-2"})
+    assert client.post("/api/v1/hooks/pre-tool-use", body, content_type="application/json").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute(REVOKE_ONE_KEY, [agent.key[:10]])
+
+    again = client.post("/api/v1/hooks/pre-tool-use", body, content_type="application/json")
+
+    assert again.status_code == 401 and again.json()["error"]["code"] == "unauthorized"
+    unknown = Client(HTTP_AUTHORIZATION="Bearer gw_unknown")
+    assert unknown.post("/api/v1/hooks/pre-tool-use", body, content_type="application/json").status_code == 401

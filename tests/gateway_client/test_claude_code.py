@@ -289,7 +289,9 @@ def test_the_http_form_denies_an_unreadable_hook_and_refuses_what_is_not_a_hook(
     bad_input = http_hook.answer({**hook_json("Bash", {}), "tool_input": "rm -rf /"})
     bad_wait = http_hook.answer(hook_json("Bash", {"command": "x"}), max_wait=3600)
     not_a_hook = http_hook.post({"hook_event_name": "Stop", "session_id": "s"})
-    not_json = http_hook.http.post("/api/v1/claude-code/hooks", content=b"<xml/>")
+    not_json = http_hook.http.post(
+        "/api/v1/claude-code/hooks", content=b"<xml/>", headers={"content-type": "application/json"}
+    )
     not_an_object = http_hook.http.post("/api/v1/claude-code/hooks", json=["PreToolUse"])
 
     assert bad_input == pre_tool_use(

@@ -211,7 +211,9 @@ def test_an_agent_cannot_change_its_own_policy_with_its_api_key(agent):
 
     assert response.status_code == 401
     assert agent.http.get(hooks_url()).status_code == 401
-    assert agent.http.post("/api/v1/config/validate", content="agents: []").status_code == 401
+    yaml_file = {"content-type": "application/yaml"}
+    validate = agent.http.post("/api/v1/config/validate", content="agents: []", headers=yaml_file)
+    assert validate.status_code == 401
     assert_old_config_in_force(agent)
 
 
