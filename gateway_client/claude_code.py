@@ -146,6 +146,14 @@ def deferred_reason(confirmation_id: str | None, session_id: str) -> str:
     )
 
 
+def blocked_output(reason: str) -> dict[str, Any]:
+    """Claude Code's answer that blocks whatever the event, for a hook input the gateway could not read
+    (so does not know the event of): `continue: false` stops Claude after the hooks run, and
+    `decision: block` blocks the call where the event has one. Never a 4xx, which Claude Code would
+    take as a non-blocking error and run the call without the gateway."""
+    return {"continue": False, "stopReason": reason, "decision": "block", "reason": reason}
+
+
 def hook_output(
     event: str, permission: str, reason: str, updated_input: dict[str, Any] | None = None
 ) -> dict[str, Any]:

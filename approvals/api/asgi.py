@@ -52,6 +52,7 @@ from approvals.errors import GatewayError, InvalidInput, PayloadTooLarge, Unsupp
 from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
+from gateway_client.claude_code import blocked_output
 from gateway.realtime import waiters
 from hooks.state import session_changed
 
@@ -59,6 +60,7 @@ logger = logging.getLogger("approvals.api")
 R = TypeVar("R")
 
 WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
+CLAUDE_CODE_PATH = re.compile(r"^/api/v1/claude-code/hooks/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 API_PREFIX = "/api/"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -137,7 +139,7 @@ class AgentApiMiddleware:
             return await self.app(scope, receive, send)
         refused = body_refusal(scope)
         if refused is not None:
-            return await _send_refusal(send, refused)
+            return await _send_refusal(send, refused, scope)
         receive = bounded_receive(receive, settings.GATEWAY_MAX_BODY_BYTES)
         path, method = scope["path"], scope["method"]
         match = WAIT_PATH.match(path) if method == "GET" else None
@@ -147,14 +149,14 @@ class AgentApiMiddleware:
                     return await self._wait(scope, send, match.group("id"))
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
-                return await _send_refusal(send, exc)
+                return await _send_refusal(send, exc, scope)
             except Exception:  # e.g. the database unreachable: still the API's error shape
                 logger.exception("%s %s failed", method, path)
                 return await _send_json(send, 500, error_body("internal_error", "the gateway failed; see its log"))
         try:
             return await self.app(scope, receive, send)
         except PayloadTooLarge as exc:  # Django reads the whole body before anything else: nothing was sent
-            return await _send_refusal(send, exc)
+            return await _send_refusal(send, exc, scope)
 
     async def _wait(self, scope, send, raw_id: str) -> None:
         raw_key = bearer_token(_header(scope, b"authorization"))
@@ -297,6 +299,8 @@ def body_refusal(scope) -> GatewayError | None:
             details={"max_bytes": limit},
         )
     path = scope["path"]
+    if CLAUDE_CODE_PATH.match(path):
+        return None  # whatever Claude Code says its body is: the view reads it, and blocks if it cannot
     if path.startswith(API_PREFIX) and scope["method"] in BODY_METHODS and (chunked or length):
         accepted = BODY_MEDIA_TYPES.get(path.rstrip("/"), JSON_MEDIA_TYPES)
         if content_type is None or media_type(content_type) not in accepted:
@@ -385,6 +389,12 @@ async def _send_json(send, status: int, data: dict[str, Any], *, close: bool = F
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_refusal(send, refused: GatewayError) -> None:
-    """A refused body's answer; the connection closes after it, as the rest of the body is never read."""
+async def _send_refusal(send, refused: GatewayError, scope) -> None:
+    """A refused body's answer; the connection closes after it, as the rest of the body is never read.
+
+    To Claude Code's http hook it is a 200 that blocks the call: Claude Code runs a call whose hook
+    answered 4xx (approvals.api.claude_code)."""
+    if CLAUDE_CODE_PATH.match(scope["path"]):
+        await _send_json(send, 200, blocked_output(f"approval gateway: {refused.message}"), close=True)
+        return
     await _send_json(send, refused.status, error_body(refused.code, refused.message, refused.details), close=True)

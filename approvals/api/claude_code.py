@@ -17,10 +17,14 @@ waiting hook holds no thread. DRF has no async views, hence a plain Django view.
 Claude Code treats a non-2xx answer, a timeout or a refused connection as a
 *non-blocking* error: the call goes on without the gateway. So every hook
 this view can read is answered 200, and a missing or revoked key, unreadable
-input or a failure inside the gateway is a `deny` carrying the reason. Only a
-body that is not a PreToolUse / PermissionRequest hook gets a 4xx (the
-contract's error shape). An unreachable gateway cannot answer at all: use the
-command hook where that must block.
+input or a failure inside the gateway is a `deny` carrying the reason. A body
+the gateway cannot read at all (not JSON, NaN, too large, too deep, not an
+object) is answered 200 with an output that blocks whatever the event
+(`blocked_output`), and any content type is taken (what Claude Code sends is
+its own business; a 415 would let the call through). Only a readable hook of
+another event than PreToolUse / PermissionRequest gets a 4xx (the contract's
+error shape): such a hook gates nothing. An unreachable gateway cannot answer
+at all: use the command hook where that must block.
 """
 
 from __future__ import annotations
@@ -42,7 +46,14 @@ from approvals.api.parsing import json_loads
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.types import PreToolUseAnswer
 from approvals.waiting import wait_for_final
-from gateway_client.claude_code import HookInput, UnsupportedEvent, answer_hook, hook_output, pending_reason
+from gateway_client.claude_code import (
+    HookInput,
+    UnsupportedEvent,
+    answer_hook,
+    blocked_output,
+    hook_output,
+    pending_reason,
+)
 
 logger = logging.getLogger("approvals.api.claude_code")
 
@@ -104,9 +115,9 @@ async def claude_code_hook(request: HttpRequest) -> JsonResponse:
     try:
         data = json_loads(request.body)
     except ValueError as exc:
-        return JsonResponse(error_body("malformed", f"the body is not JSON the gateway reads: {exc}"), status=400)
+        return JsonResponse(blocked_output(f"approval gateway: the hook input is not JSON the gateway reads: {exc}"))
     if not isinstance(data, dict):
-        return JsonResponse(error_body("malformed", "the body must be Claude Code's hook JSON object"), status=400)
+        return JsonResponse(blocked_output("approval gateway: the hook input must be Claude Code's hook JSON object"))
     try:
         hook = HookInput.parse(data)
     except UnsupportedEvent as exc:

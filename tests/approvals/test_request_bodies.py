@@ -85,7 +85,17 @@ def send_past_the_limit(raw: RawHttp) -> None:
 
 # --------------------------------------------------------------------------- 413: bounded before it is read
 
-BODY_PATHS = [ASK, "/api/v1/hooks/session-start", "/api/v1/claude-code/hooks", "/channels/web/callback"]
+BODY_PATHS = [ASK, "/api/v1/hooks/session-start", "/channels/web/callback"]
+CLAUDE_CODE = "/api/v1/claude-code/hooks"
+
+
+def assert_blocked(status: int, body: bytes, why: str) -> None:
+    """Claude Code's http hook is answered 200 with an output that blocks whatever the event: it runs a call
+    whose hook answered 4xx (approvals/api/claude_code.py)."""
+    assert status == 200, body
+    answer = json.loads(body)
+    assert (answer["continue"], answer["decision"]) == (False, "block")
+    assert answer["stopReason"] == answer["reason"] and why in answer["reason"]
 
 
 @pytest.mark.parametrize("path", BODY_PATHS)
@@ -160,17 +170,59 @@ def post_as(client: httpx.Client, path: str, content: bytes, content_type: str |
 
 
 @pytest.mark.parametrize("content_type", NOT_JSON.values(), ids=NOT_JSON.keys())
-@pytest.mark.parametrize("path", [ASK, "/api/v1/hooks/session-start", "/api/v1/claude-code/hooks"])
+@pytest.mark.parametrize("path", [ASK, "/api/v1/hooks/session-start"])
 def test_a_body_that_does_not_say_it_is_json_is_a_415_before_the_key_is_looked_up(agent, path, content_type):
     before = written()
     body = {"session_id": "s", "tool_name": "web__search", "tool_args": {}}
-    if path.endswith("claude-code/hooks"):
-        body = {"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {}}
 
     response = post_as(agent.http, path, json.dumps(body).encode(), content_type)
 
     assert_error(response.status_code, response.content, 415, "unsupported_media_type")
     assert written() == before and key_untouched(agent)
+
+
+@pytest.mark.parametrize("content_type", NOT_JSON.values(), ids=NOT_JSON.keys())
+def test_claude_codes_hook_is_read_whatever_content_type_it_says_and_a_4xx_never_lets_a_call_through(
+    agent, content_type
+):
+    """A 415 would be a non-blocking error to Claude Code: the call would run ungated. The hook is read as the
+    JSON it is, and decided (here: an unknown key, so denied)."""
+    hook = {"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    client = httpx.Client(base_url=agent.http.base_url, timeout=30)  # no key: denied, whatever the type
+
+    response = post_as(client, CLAUDE_CODE, json.dumps(hook).encode(), content_type)
+
+    assert response.status_code == 200
+    decided = response.json()["hookSpecificOutput"]
+    assert (decided["hookEventName"], decided["permissionDecision"]) == ("PreToolUse", "deny")
+
+
+def test_claude_codes_hook_over_the_limit_or_unreadable_is_blocked_not_refused(agent):
+    raw = RawHttp(
+        agent.http.base_url.port, "POST", CLAUDE_CODE,
+        {"Content-Type": "application/json", "Content-Length": str(100 * 1024 * 1024), "Authorization": f"Bearer {agent.key}"},
+    )  # fmt: skip
+    try:
+        status, _, body = raw.response()
+    finally:
+        raw.close()
+    assert_blocked(status, body, "GATEWAY_MAX_BODY_BYTES")
+
+    raw = RawHttp(
+        agent.http.base_url.port, "POST", CLAUDE_CODE,
+        {"Content-Type": "application/json", "Transfer-Encoding": "chunked", "Authorization": f"Bearer {agent.key}"},
+    )  # fmt: skip
+    try:
+        send_past_the_limit(raw)
+        status, _, body = raw.response()
+    finally:
+        raw.close()
+    assert_blocked(status, body, "GATEWAY_MAX_BODY_BYTES")
+
+    for unreadable in (b"not json", b"[1, 2]", b'{"hook_event_name": "PreToolUse", "tool_input": {"n": NaN}}'):
+        response = agent.http.post(CLAUDE_CODE, content=unreadable, headers={"content-type": "application/json"})
+        assert_blocked(response.status_code, response.content, "approval gateway: the hook input")
+    assert not ToolCall.objects.exists() and key_untouched(agent)
 
 
 def test_a_cancel_with_a_body_that_is_not_json_is_a_415(agent):
@@ -242,15 +294,6 @@ def test_nan_and_infinity_are_a_400_anywhere_in_a_body(agent, path, body):
     error = assert_error(response.status_code, response.content, 400, "malformed")
     assert "NaN" in error["message"] or "Infinity" in error["message"] or "finite" in error["message"]
     assert written() == before
-
-
-def test_nan_in_a_claude_code_hook_is_a_400_too(agent):
-    body = b'{"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {"n": NaN}}'
-
-    response = agent.http.post("/api/v1/claude-code/hooks", content=body, headers={"content-type": "application/json"})
-
-    assert_error(response.status_code, response.content, 400, "malformed")
-    assert not ToolCall.objects.exists()
 
 
 @pytest.mark.parametrize("depth", [900, 5000])

@@ -285,7 +285,7 @@ def test_the_http_form_denies_with_a_200_when_the_key_is_refused(live_gateway, c
     assert ToolCall.objects.count() == 0
 
 
-def test_the_http_form_denies_an_unreadable_hook_and_refuses_what_is_not_a_hook(http_hook):
+def test_the_http_form_denies_an_unreadable_hook_blocks_unreadable_input_and_refuses_what_is_not_a_hook(http_hook):
     bad_input = http_hook.answer({**hook_json("Bash", {}), "tool_input": "rm -rf /"})
     bad_wait = http_hook.answer(hook_json("Bash", {"command": "x"}), max_wait=3600)
     not_a_hook = http_hook.post({"hook_event_name": "Stop", "session_id": "s"})
@@ -300,8 +300,10 @@ def test_the_http_form_denies_an_unreadable_hook_and_refuses_what_is_not_a_hook(
     assert bad_wait["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "max_wait must be between 0 and" in bad_wait["hookSpecificOutput"]["permissionDecisionReason"]
     assert not_a_hook.status_code == 400 and not_a_hook.json()["error"]["code"] == "unsupported_event"
-    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "malformed"
-    assert not_an_object.status_code == 400 and not_an_object.json()["error"]["code"] == "malformed"
+    # Input the gateway cannot read: blocked whatever the event (a 4xx would let Claude Code run the call).
+    for unreadable in (not_json, not_an_object):
+        assert unreadable.status_code == 200
+        assert (unreadable.json()["continue"], unreadable.json()["decision"]) == (False, "block")
     assert ToolCall.objects.count() == 0
 
 
