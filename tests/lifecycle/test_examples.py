@@ -58,7 +58,10 @@ def first_key(block: str) -> str:
 class AnyVariable(dict):
     """An environment in which every `${NAME}` a page uses is set, to a value of the right shape."""
 
-    SHAPED = {"SLACK_APP_TOKEN": "xapp-1-A0BENCH-1-0123456789abcdef"}  # an app-level token starts with xapp-
+    SHAPED = {
+        "SLACK_APP_TOKEN": "xapp-1-A0BENCH-1-0123456789abcdef",  # an app-level token starts with xapp-
+        "TELEGRAM_BOT_TOKEN": "7000000001:AAFakeTelegramTokenForTheDocs01",  # @BotFather's shape
+    }
 
     def get(self, name, default=None):
         return self.SHAPED.get(name, f"value-of-{name}")

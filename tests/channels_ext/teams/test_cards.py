@@ -78,4 +78,6 @@ def test_approve_all_on_a_turns_card_carries_the_signed_ids_of_the_calls_it_show
     buttons = [button["verb"] for button in executes(card)]
     assert buttons == ["approve", "reject", "approve", "reject", "approve_all", "reject_all"]
     approve_all = next(button for button in executes(card) if button["verb"] == "approve_all")
-    assert unsign_shown_ids(approve_all["data"]["shown"]) == tuple(item.confirmation_id for item in items)
+    assert unsign_shown_ids(approve_all["data"]["shown"]) == (
+        items[0].confirmation_id, tuple(item.confirmation_id for item in items)
+    )
