@@ -7,10 +7,28 @@ elsewhere to run beside another test run.
 
 import os
 
+import re
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gateway")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/5")
 os.environ.setdefault("GATEWAY_VAR_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test"))
+
+# Under pytest-xdist (`make test` runs `-n`), worker gwN gets its own test database (pytest-django
+# suffixes the name), its own pair of Redis databases, channel-layer prefix and var directory, so
+# workers never see each other's cache entries, wake-ups, Celery queue or files.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    _n = int(_WORKER[2:])
+
+    def _redis_db(url: str, db: int) -> str:
+        return re.sub(r"/\d+$", "", url.rstrip("/")) + f"/{db}"
+
+    os.environ["REDIS_URL"] = _redis_db(os.environ["REDIS_URL"], 6 + 2 * _n)
+    if os.environ["CELERY_BROKER_URL"].startswith("redis"):
+        os.environ["CELERY_BROKER_URL"] = _redis_db(os.environ["CELERY_BROKER_URL"], 7 + 2 * _n)
+    os.environ["GATEWAY_CHANNEL_PREFIX"] = f"gateway-{_WORKER}"
+    os.environ["GATEWAY_VAR_DIR"] = os.path.join(os.environ["GATEWAY_VAR_DIR"], _WORKER)
 os.environ.setdefault("GATEWAY_PUBLIC_URL", "http://testserver.invalid")
 # The tests' fakes (webhook receivers, MCP servers, policy services) listen on loopback.
 os.environ.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import pytest
 
@@ -105,7 +103,7 @@ def test_a_revoked_key_is_refused_everywhere(agent):
     assert ToolCall.objects.count() == 1
 
 
-@pytest.mark.parametrize("confirmation_id", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("confirmation_id", ["6f1c2b9e-0d4a-4c3e-9b71-2a5d8e4f0c13", "not-a-uuid"])
 def test_unknown_confirmation_ids_are_404(agent, confirmation_id):
     assert_error(agent.http.get(f"/api/v1/confirmations/{confirmation_id}"), 404, "not_found")
     assert_error(agent.wait(confirmation_id, timeout=0), 404, "not_found")
