@@ -186,6 +186,9 @@ GATEWAY_CACHE_MAX_AGE_SECONDS = env_int("GATEWAY_CACHE_MAX_AGE_SECONDS", 5)
 if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_CACHE_MAX_AGE_SECONDS must be 0 or more, got {GATEWAY_CACHE_MAX_AGE_SECONDS}")
 # The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
+# `/metrics` answers only a scraper sending `Authorization: Bearer <this>`; unset: /metrics is off (404).
+GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
+
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
 if GATEWAY_MAX_BODY_BYTES < 1024:
     raise ImproperlyConfigured(f"GATEWAY_MAX_BODY_BYTES must be at least 1024 (bytes), got {GATEWAY_MAX_BODY_BYTES}")

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from gateway import metrics
 from hooks.base import (
     DECIDING_EVENTS,
     DEFAULT_MAX_ATTEMPTS,
@@ -154,6 +155,7 @@ def _run_one(hook: Hook, ctx: HookContext, *, force: bool = False) -> HookResult
             raise TypeError(f"hook returned {type(result).__name__}, not HookResult")
         return result
     except Exception as exc:
+        metrics.hook_failed(kind=hook.kind, event=ctx.event, exc=exc, on_error=hook.on_error)
         message = f"hook {hook.name} failed: {exc}"
         if hook.on_error == "fail_open":
             logger.warning("%s (fail_open: ignored)", message)

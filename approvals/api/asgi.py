@@ -199,7 +199,7 @@ class AgentApiMiddleware:
         if agent_id is None:  # Django answered, so the key was good a moment ago: it was revoked since
             return await captured.forward(send)
         confirmation = await wait_for_final(
-            confirmation_id=answer["confirmation_id"], agent_id=agent_id, timeout=wait_seconds
+            confirmation_id=answer["confirmation_id"], agent_id=agent_id, timeout=wait_seconds, via="pre_tool_use"
         )
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)
@@ -235,7 +235,10 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
         result = answer.as_dict()
         if result["decision"] == "pending" and validated["wait_seconds"] > 0:
             state = await wait_for_final(
-                confirmation_id=answer.confirmation_id, agent_id=holder.agent_id, timeout=validated["wait_seconds"]
+                confirmation_id=answer.confirmation_id,
+                agent_id=holder.agent_id,
+                timeout=validated["wait_seconds"],
+                via="pre_tool_use",
             )
             if state is not None and state.is_final and is_replay(result):
                 # The repeat ask, asked again now that it is final: it rebuilds the arguments to run

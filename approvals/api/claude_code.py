@@ -140,7 +140,7 @@ async def claude_code_hook(request: HttpRequest) -> JsonResponse:
         reason, still_pending = answer.reason, False
         if answer.decision == "pending":
             confirmation = await wait_for_final(
-                confirmation_id=answer.confirmation_id, agent_id=agent.pk, timeout=max_wait
+                confirmation_id=answer.confirmation_id, agent_id=agent.pk, timeout=max_wait, via="claude_code"
             )
             if confirmation is not None and confirmation.is_final:
                 answer = selectors.answer_for_confirmation(confirmation, tool_args=answer.tool_args)

@@ -25,6 +25,7 @@ from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
 from channels_ext.base import MessageRef
+from gateway import metrics
 from gateway.outbound import DeliveryFailed
 
 logger = logging.getLogger("approvals.services")
@@ -52,7 +53,10 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     try:
         message_ref, drawn = _perform(row)
     except DeliveryFailed as exc:
-        return _delivery_failed(row, exc)
+        result = _delivery_failed(row, exc)
+        _count(row, "retrying" if result.retry_in is not None else "failed", error=exc.code)
+        return result
+    _count(row, "sent")
     with transaction.atomic():
         if row.kind == OutboxKind.CARD:
             _lock_request(row)
@@ -70,6 +74,18 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
                 data={"attempt": row.attempts},
             )
     return DeliveryResult(sent=True)
+
+
+# What each outbox row's kind does to a card (`gateway_card_deliveries_total{operation}`).
+_CARD_OPERATIONS = {OutboxKind.CARD: "post", OutboxKind.UPDATE: "update", OutboxKind.REMIND: "remind"}
+
+
+def _count(row: Outbox, outcome: str, *, error: str = "") -> None:
+    if row.kind == OutboxKind.WEBHOOK:
+        metrics.WEBHOOK_DELIVERIES.labels(outcome).inc()
+        return
+    channel = row.channel.name if row.channel_id else ""
+    metrics.card_delivery(channel=channel, operation=_CARD_OPERATIONS.get(row.kind, row.kind), outcome=outcome, error=error)
 
 
 def outbox_due_ids(*, limit: int = 200) -> list[int]:

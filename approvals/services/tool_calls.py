@@ -31,7 +31,7 @@ from django.utils import timezone
 from approvals import selectors
 from approvals.arguments import args_fingerprint, editable_paths, mask_record, masked_paths, replayed_args
 from approvals.caches import StaleCache, cache
-from approvals.errors import IdempotencyMismatch
+from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
@@ -40,6 +40,7 @@ from approvals.services.grants import grant_reason, grant_use
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
+from gateway import metrics
 from hooks.chain import run_chain
 
 
@@ -52,7 +53,22 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def tool_call_pre(
+def tool_call_pre(*, agent: Agent, **call: Any) -> PreToolUseAnswer:
+    """Run the agent's pre-tool-use chain and record the call (`_tool_call_pre`); counted by its answer
+    (`gateway_tool_calls_total`: a failure is an `error`, a stale cache nothing — it is served again)."""
+    try:
+        answer = _tool_call_pre(agent=agent, **call)
+    except StaleCache:
+        raise
+    except Exception as exc:
+        if not isinstance(exc, GatewayError):
+            metrics.tool_call_answered(agent=agent.name, decision="error")
+        raise
+    metrics.tool_call_answered(agent=agent.name, decision=answer.decision)
+    return answer
+
+
+def _tool_call_pre(
     *,
     agent: Agent,
     session_id: str,
