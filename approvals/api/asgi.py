@@ -53,6 +53,7 @@ from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
 from gateway_client.claude_code import blocked_output
+from gateway import logs
 from gateway.realtime import waiters
 from hooks.state import session_changed
 
@@ -137,6 +138,14 @@ class AgentApiMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # Every line logged while serving it names the request (Django's threads copy the context).
+        token = logs.bind(request_id=logs.request_id(_header(scope, b"x-request-id")))
+        try:
+            return await self._serve(scope, receive, send)
+        finally:
+            logs.unbind(token)
+
+    async def _serve(self, scope, receive, send):
         refused = body_refusal(scope)
         if refused is not None:
             return await _send_refusal(send, refused, scope)

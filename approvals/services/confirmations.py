@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,8 @@ from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label, pre_tool_use_context
 from hooks.chain import mask_args, run_chain
+
+logger = logging.getLogger("approvals.confirmations")
 
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
@@ -256,12 +259,20 @@ def _count_decided(confirmation_ids: list[Any], outcome: str, *, now: dt.datetim
     """At commit (a rolled-back decision is no decision): how long each request waited for it, by channel
     (`gateway_decision_seconds`), and the expiries. One read per decision, off the allowed path."""
     waited = list(
-        ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("channel__name", "created_at")
+        ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
     )
 
     def count() -> None:
-        for channel, created_at in waited:
-            metrics.decided(channel=channel or "", outcome=outcome, seconds=(now - created_at).total_seconds())
+        for pk, channel, created_at in waited:
+            seconds = (now - created_at).total_seconds()
+            metrics.decided(channel=channel or "", outcome=outcome, seconds=seconds)
+            logger.info(
+                "confirmation %s after %.1f s%s",
+                outcome,
+                seconds,
+                f" ({expired_by})" if expired_by else "",
+                extra={"confirmation_id": str(pk), "channel": channel or "", "outcome": outcome},
+            )
         if expired_by:
             metrics.EXPIRIES.labels(expired_by).inc(len(waited))
 
@@ -881,6 +892,7 @@ def confirmation_remind(*, confirmation_id: Any, now: dt.datetime) -> bool:
         text += f" ({approvals} of {confirmation.approvals_required} approvals so far)"
     event_record(confirmation, EventKind.REMINDED, actor=SYSTEM_ACTOR, message=text)
     transaction.on_commit(metrics.REMINDERS.inc)
+    logger.info("reminder queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
     return True
 
@@ -913,6 +925,7 @@ def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
     text = warning_text(confirmation, now=now)
     event_record(confirmation, EventKind.WARNED, actor=SYSTEM_ACTOR, message=text)
     transaction.on_commit(metrics.WARNINGS.inc)
+    logger.info("deadline warning queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
     return True
 
@@ -942,5 +955,6 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
     # Its own dedupe key: an escalation to the request's own channel still posts a second card.
     card_add(confirmation, target, dedupe_key=f"{confirmation.pk}:card:{target.name}:escalation")
     transaction.on_commit(metrics.ESCALATIONS.inc)
+    logger.info("escalated to %s", target.name, extra={"confirmation_id": str(confirmation.pk), "channel": target.name})
     redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:escalated")
     return True

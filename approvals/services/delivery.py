@@ -25,7 +25,7 @@ from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
 from channels_ext.base import MessageRef
-from gateway import metrics
+from gateway import logs, metrics
 from gateway.outbound import DeliveryFailed
 
 logger = logging.getLogger("approvals.services")
@@ -50,6 +50,11 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     row = outbox_claim(outbox_id=outbox_id)
     if row is None:
         return DeliveryResult(sent=False)
+    with logs.bound(confirmation_id=str(row.confirmation_id), channel=row.channel.name if row.channel_id else ""):
+        return _deliver(row)
+
+
+def _deliver(row: Outbox) -> DeliveryResult:
     try:
         message_ref, drawn = _perform(row)
     except DeliveryFailed as exc:
@@ -57,6 +62,7 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
         _count(row, "retrying" if result.retry_in is not None else "failed", error=exc.code)
         return result
     _count(row, "sent")
+    logger.info("outbox %s: %s sent (attempt %s)", row.pk, row.kind, row.attempts)
     with transaction.atomic():
         if row.kind == OutboxKind.CARD:
             _lock_request(row)

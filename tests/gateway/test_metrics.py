@@ -62,18 +62,26 @@ class Scrape:
     """One scrape of /metrics, parsed: sample values by name and labels."""
 
     def __init__(self, text: str) -> None:
-        self.families = {family.name: family for family in text_string_to_metric_families(text)}
+        self.families = {
+            family.name: family for family in text_string_to_metric_families(text)
+        }
         self.samples = {}
         for family in self.families.values():
             for sample in family.samples:
-                self.samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+                self.samples[(sample.name, tuple(sorted(sample.labels.items())))] = (
+                    sample.value
+                )
 
     def value(self, name: str, **labels: str) -> float:
         return self.samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 def scrape(live_gateway) -> Scrape:
-    response = httpx.get(f"{live_gateway.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    response = httpx.get(
+        f"{live_gateway.url}/metrics",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=10,
+    )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     return Scrape(response.text)
@@ -84,14 +92,22 @@ def metrics_on(settings):
     settings.GATEWAY_METRICS_TOKEN = TOKEN
 
 
-def test_metrics_are_off_without_a_token_and_refused_without_the_right_one(live_gateway, settings):
+def test_metrics_are_off_without_a_token_and_refused_without_the_right_one(
+    live_gateway, settings
+):
     settings.GATEWAY_METRICS_TOKEN = ""
-    off = httpx.get(f"{live_gateway.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    off = httpx.get(
+        f"{live_gateway.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert off.status_code == 404
     assert off.json()["error"]["code"] == "not_found"
 
     settings.GATEWAY_METRICS_TOKEN = TOKEN
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+    ):
         refused = httpx.get(f"{live_gateway.url}/metrics", headers=headers)
         assert refused.status_code == 401, headers
         assert refused.json()["error"]["code"] == "unauthorized"
@@ -100,7 +116,9 @@ def test_metrics_are_off_without_a_token_and_refused_without_the_right_one(live_
     assert scrape(live_gateway).families  # the right token
 
 
-def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(live_gateway, metrics_on):
+def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(
+    live_gateway, metrics_on
+):
     apply_config(MIX_CONFIG)
     agent = make_agent_client(live_gateway, "metrics-bot")
     before = scrape(live_gateway)
@@ -109,19 +127,31 @@ def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(live_gateway,
     for n in range(3):
         assert agent.pre_tool_use("fs__read", {"n": n}).json()["decision"] == "allow"
     assert agent.pre_tool_use("danger__drop", {}).json()["decision"] == "deny"
-    assert agent.pre_tool_use("flaky__call", {}).json()["decision"] == "allow"  # fail_open: no opinion
-    assert agent.pre_tool_use("slow__call", {}).json()["decision"] == "deny"  # timed out, fail_closed
-    approved = agent.pre_tool_use("pay__invoice", {"amount": 1}).json()["confirmation_id"]
-    rejected = agent.pre_tool_use("pay__invoice", {"amount": 2}).json()["confirmation_id"]
+    assert (
+        agent.pre_tool_use("flaky__call", {}).json()["decision"] == "allow"
+    )  # fail_open: no opinion
+    assert (
+        agent.pre_tool_use("slow__call", {}).json()["decision"] == "deny"
+    )  # timed out, fail_closed
+    approved = agent.pre_tool_use("pay__invoice", {"amount": 1}).json()[
+        "confirmation_id"
+    ]
+    rejected = agent.pre_tool_use("pay__invoice", {"amount": 2}).json()[
+        "confirmation_id"
+    ]
     expiring = agent.pre_tool_use("quick__thing", {}).json()["confirmation_id"]
 
     pending = scrape(live_gateway)
     assert pending.value("gateway_pending_requests", channel="metrics-web") == 3
-    assert pending.value("gateway_pending_oldest_age_seconds", channel="metrics-web") > 0
+    assert (
+        pending.value("gateway_pending_oldest_age_seconds", channel="metrics-web") > 0
+    )
 
     # An agent long-polls while alice approves: it is woken, and the wake is timed.
     answers = {}
-    waiter = threading.Thread(target=lambda: answers.update(wait=agent.wait(approved, timeout=20).json()))
+    waiter = threading.Thread(
+        target=lambda: answers.update(wait=agent.wait(approved, timeout=20).json())
+    )
     waiter.start()
     wait_until(lambda: parked(approved), what="the agent to be waiting")
     decide(approved, "approve", channel="metrics-web")
@@ -146,7 +176,10 @@ def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(live_gateway,
     assert delta("gateway_decision_seconds_count", **web, outcome="approved") == 1
     assert delta("gateway_decision_seconds_count", **web, outcome="rejected") == 1
     assert delta("gateway_decision_seconds_count", **web, outcome="expired") == 1
-    assert delta("gateway_decision_seconds_bucket", **web, outcome="expired", le="5.0") == 1  # expired at ~1 s
+    assert (
+        delta("gateway_decision_seconds_bucket", **web, outcome="expired", le="5.0")
+        == 1
+    )  # expired at ~1 s
     assert delta("gateway_decision_seconds_sum", **web, outcome="expired") >= 1
     assert delta("gateway_expiries_total", by="sweep") == 1
     assert after.value("gateway_pending_requests", **web) == 0
@@ -154,8 +187,18 @@ def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(live_gateway,
     assert delta("gateway_agent_wake_seconds_count", via="long_poll") == 1
     assert delta("gateway_agent_wake_seconds_bucket", via="long_poll", le="5.0") == 1
     hook = {"kind": "command", "event": "pre_tool_use"}
-    assert delta("gateway_hook_errors_total", **hook, error="exception", on_error="fail_open") == 1
-    assert delta("gateway_hook_errors_total", **hook, error="timeout", on_error="fail_closed") == 1
+    assert (
+        delta(
+            "gateway_hook_errors_total", **hook, error="exception", on_error="fail_open"
+        )
+        == 1
+    )
+    assert (
+        delta(
+            "gateway_hook_errors_total", **hook, error="timeout", on_error="fail_closed"
+        )
+        == 1
+    )
     # 9 calls; 3 requests created; 3 decided: each request's created and decided events are entries too.
     assert delta("gateway_audit_appends_total", record="tool_call") == 9
     assert delta("gateway_audit_appends_total", record="event") >= 6
@@ -195,12 +238,19 @@ agents:
     agent = make_agent_client(live_gateway, "metrics-slack-bot")
     before = scrape(live_gateway)
 
-    delivered = agent.pre_tool_use("pay__invoice", {"amount": 1}).json()["confirmation_id"]
+    delivered = agent.pre_tool_use("pay__invoice", {"amount": 1}).json()[
+        "confirmation_id"
+    ]
     wait_until(lambda: _sent(delivered), what="the card to be posted")
-    fake_slack.fail_next("chat.postMessage", body={"ok": False, "error": "channel_not_found"})
-    refused = agent.pre_tool_use("pay__invoice", {"amount": 2}).json()["confirmation_id"]
+    fake_slack.fail_next(
+        "chat.postMessage", body={"ok": False, "error": "channel_not_found"}
+    )
+    refused = agent.pre_tool_use("pay__invoice", {"amount": 2}).json()[
+        "confirmation_id"
+    ]
     wait_until(
-        lambda: ConfirmationRequest.objects.get(pk=refused).status == "rejected", what="the request to fail closed"
+        lambda: ConfirmationRequest.objects.get(pk=refused).status == "rejected",
+        what="the request to fail closed",
     )
 
     after = scrape(live_gateway)
@@ -211,9 +261,19 @@ agents:
 
     assert delta("gateway_card_deliveries_total", **slack, outcome="sent") == 1
     assert delta("gateway_card_deliveries_total", **slack, outcome="failed") == 1
-    assert delta("gateway_card_delivery_errors_total", **slack, error="channel_not_found") == 1
+    assert (
+        delta("gateway_card_delivery_errors_total", **slack, error="channel_not_found")
+        == 1
+    )
     # The failed card rejected its request: a decision on that channel, as any other.
-    assert delta("gateway_decision_seconds_count", channel="metrics-slack", outcome="rejected") == 1
+    assert (
+        delta(
+            "gateway_decision_seconds_count",
+            channel="metrics-slack",
+            outcome="rejected",
+        )
+        == 1
+    )
     assert after.value("gateway_pending_requests", channel="metrics-slack") == 1
     # No channel_connections process holds the socket-mode channel's link: it is down.
     link = {"channel": "metrics-socket", "mode": "socket"}
@@ -225,17 +285,31 @@ agents:
 def test_every_metric_follows_the_naming_conventions(live_gateway, metrics_on):
     """Units in the names, `_total` on counters, and no label that names one request, session or call."""
     result = scrape(live_gateway)
-    ours = {name: family for name, family in result.families.items() if name.startswith("gateway_")}
+    ours = {
+        name: family
+        for name, family in result.families.items()
+        if name.startswith("gateway_")
+    }
     assert len(ours) >= 18
     for name, family in ours.items():
         assert family.documentation, name
         if family.type == "counter":
-            assert all(s.name.endswith(("_total", "_created")) for s in family.samples), name
+            assert all(
+                s.name.endswith(("_total", "_created")) for s in family.samples
+            ), name
         if family.type == "histogram":
             assert name.endswith("_seconds"), name
         for sample in family.samples:
-            assert not {"session", "session_id", "request_id", "confirmation_id", "tool_call_id"} & set(sample.labels)
+            assert not {
+                "session",
+                "session_id",
+                "request_id",
+                "confirmation_id",
+                "tool_call_id",
+            } & set(sample.labels)
 
 
 def _sent(confirmation_id: str) -> bool:
-    return Outbox.objects.filter(confirmation_id=confirmation_id, kind="card", status="sent").exists()
+    return Outbox.objects.filter(
+        confirmation_id=confirmation_id, kind="card", status="sent"
+    ).exists()
