@@ -42,7 +42,7 @@ from approvals import selectors, services
 from approvals.errors import InvalidInput
 from approvals.models import ConfirmationRequest, Status
 from approvals.types import ConfirmationState
-from gateway import metrics
+from gateway import metrics, tracing
 from gateway.realtime import waiters
 
 logger = logging.getLogger("approvals.waiting")
@@ -190,7 +190,27 @@ async def confirmation_states(
 async def wait_for_final(
     *, confirmation_id: Any, agent_id: int, timeout: float, via: str = "long_poll"
 ) -> ConfirmationState | None:
-    """Wait until the request is final or `timeout` passes; its state as last known (None if not this agent's)."""
+    """Wait until the request is final or `timeout` passes; its state as last known (None if not this agent's).
+
+    Traced (when on) as the span `await_decision`, with the events `gateway.wait.started` and, at the
+    time of the decision, `gateway.decision`."""
+    if not tracing.active():
+        return await _wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout, via=via)
+    attributes = {"gateway.confirmation.id": str(confirmation_id), "gateway.wait.via": via, "gateway.wait.timeout_seconds": timeout}
+    with tracing.span("await_decision", attributes=attributes):
+        tracing.event("gateway.wait.started")
+        started = time.time()
+        state = await _wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout, via=via)
+        decided_at = state.decided_at.timestamp() if state is not None and state.decided_at else None
+        if state is not None and state.is_final and decided_at is not None and decided_at >= started:
+            # Decided while it waited (not before): the event at the decision's own time.
+            decided = {"gateway.confirmation.status": state.status, "gateway.decided_by": state.decided_by}
+            tracing.event("gateway.decision", decided, at=decided_at)
+        tracing.annotate({"gateway.confirmation.status": state.status if state is not None else "not_found"})
+        return state
+
+
+async def _wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float, via: str) -> ConfirmationState | None:
     until = asyncio.get_running_loop().time() + timeout
     states = confirmation_states(confirmation_id=confirmation_id, agent_id=agent_id, until=until, via=via)
     async with contextlib.aclosing(states):

@@ -25,7 +25,7 @@ from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
 from channels_ext.base import MessageRef
-from gateway import logs, metrics
+from gateway import logs, metrics, tracing
 from gateway.outbound import DeliveryFailed
 
 logger = logging.getLogger("approvals.services")
@@ -50,14 +50,26 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     row = outbox_claim(outbox_id=outbox_id)
     if row is None:
         return DeliveryResult(sent=False)
-    with logs.bound(confirmation_id=str(row.confirmation_id), channel=row.channel.name if row.channel_id else ""):
-        return _deliver(row)
+    channel = row.channel.name if row.channel_id else ""
+    with logs.bound(confirmation_id=str(row.confirmation_id), channel=channel):
+        if not tracing.active():
+            return _deliver(row)
+        attributes = {
+            "gateway.confirmation.id": str(row.confirmation_id),
+            "gateway.channel": channel,
+            "gateway.outbox.kind": row.kind,
+            "gateway.outbox.attempt": row.attempts,
+        }
+        name = "deliver_webhook" if row.kind == OutboxKind.WEBHOOK else f"deliver_card {channel}"
+        with tracing.span(name, attributes=attributes):
+            return _deliver(row)
 
 
 def _deliver(row: Outbox) -> DeliveryResult:
     try:
         message_ref, drawn = _perform(row)
     except DeliveryFailed as exc:
+        tracing.failed(exc)
         result = _delivery_failed(row, exc)
         _count(row, "retrying" if result.retry_in is not None else "failed", error=exc.code)
         return result

@@ -41,7 +41,7 @@ from approvals.services.grants import grant_reason, grant_use
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
-from gateway import logs, metrics
+from gateway import logs, metrics, tracing
 from hooks.chain import run_chain
 
 logger = logging.getLogger("approvals.tool_calls")
@@ -74,9 +74,17 @@ def tool_call_pre(*, agent: Agent, **call: Any) -> PreToolUseAnswer:
         if not isinstance(exc, GatewayError):
             metrics.tool_call_answered(agent=agent.name, decision="error")
             logger.exception("tool call failed")
+            tracing.failed(exc)
         raise
     else:
         metrics.tool_call_answered(agent=agent.name, decision=answer.decision)
+        tracing.annotate(
+            {
+                tracing.GEN_AI_AGENT_NAME: agent.name,
+                "gateway.decision": answer.decision,
+                "gateway.confirmation.id": answer.confirmation_id,
+            }
+        )
         # An allowed call is the common case and is in the audit record: logged at DEBUG only.
         level = logging.DEBUG if answer.decision in ("allow", "skip") else logging.INFO
         if logger.isEnabledFor(level):
