@@ -8,7 +8,12 @@ scrape after with one before, on labels (agents, channels) that only these tests
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,13 +21,14 @@ from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals import services
-from approvals.models import ConfirmationRequest, Outbox
+from approvals.models import Agent, ConfirmationRequest, Outbox
 from tests.conftest import apply_config, decide, make_agent_client
 from tests.fakes.slack_api import FakeSlack
 from tests.support import parked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "metrics-token-0123456789abcdef"
 
 MIX_CONFIG = """
@@ -314,3 +320,90 @@ def _sent(confirmation_id: str) -> bool:
     return Outbox.objects.filter(
         confirmation_id=confirmation_id, kind="card", status="sent"
     ).exists()
+
+
+def test_several_processes_count_into_one_scrape(transactional_db, tmp_path):
+    """Two uvicorn servers and a `verify_audit` run share PROMETHEUS_MULTIPROC_DIR: either server's
+    /metrics shows what all of them counted."""
+    from django.db import connection
+
+    apply_config("agents:\n  - name: multi-bot\n    hooks: []\n")
+    _, key = services.api_key_create(agent=Agent.objects.get(name="multi-bot"))
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "OTEL_"))},
+        "DJANGO_SETTINGS_MODULE": "gateway.settings",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "GATEWAY_VAR_DIR": str(tmp_path / "var"),
+        "GATEWAY_METRICS_TOKEN": TOKEN,
+        "GATEWAY_LOG_LEVEL": "WARNING",
+        "PROMETHEUS_MULTIPROC_DIR": str(shared),
+    }
+    servers = [_Server(env) for _ in range(2)]
+    try:
+        for server in servers:
+            server.wait_ready()
+        for server, calls in zip(servers, (3, 2)):
+            for n in range(calls):
+                answer = httpx.post(
+                    f"{server.url}/api/v1/hooks/pre-tool-use",
+                    json={"session_id": "s-multi", "tool_name": "fs__read", "tool_args": {"n": n}},
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=20,
+                )
+                assert answer.json()["decision"] == "allow", answer.text
+        verified = subprocess.run(
+            [sys.executable, "manage.py", "verify_audit"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert verified.returncode == 0, verified.stderr
+
+        for server in servers:
+            response = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20)
+            scraped = Scrape(response.text)
+            assert scraped.value("gateway_tool_calls_total", agent="multi-bot", decision="allow") == 5
+            assert scraped.value("gateway_audit_appends_total", record="tool_call") == 5
+            assert scraped.value("gateway_audit_verify_ok") == 1
+        assert len(list(shared.glob("*.db"))) >= 3  # a file per process that counted
+    finally:
+        for server in servers:
+            server.stop()
+
+
+class _Server:
+    """`uvicorn gateway.asgi:application` in a process of its own, on a free loopback port."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "gateway.asgi:application", "--host", "127.0.0.1",
+             "--port", str(self.port), "--lifespan", "off", "--log-level", "warning"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def wait_ready(self) -> None:
+        def answers() -> bool:
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            try:
+                return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(answers, timeout=60, what=f"the server on port {self.port}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
