@@ -185,6 +185,32 @@ def test_the_client_sends_its_trace_and_a_long_poll_is_traced_too(live_gateway, 
     assert [event.name for event in wait.events] == ["gateway.wait.started"]
 
 
+def test_claude_codes_http_hook_is_an_ask_span_too(live_gateway, spans):
+    apply_config(CONFIG)
+    agent = make_agent_client(live_gateway, "traces-bot")
+    hook = {
+        "session_id": "cc-traces",
+        "transcript_path": "/home/dev/.claude/projects/demo/cc-traces.jsonl",
+        "cwd": "/home/dev/demo",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "danger__drop",
+        "tool_input": {},
+        "tool_use_id": "toolu_traces",
+    }
+    answered = agent.http.post("/api/v1/claude-code/hooks", json=hook, headers={"traceparent": TRACEPARENT})
+    assert answered.json()["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+    (tool,) = wait_until(lambda: named(spans, "execute_tool danger__drop"), what="the hook's span")
+    assert format(tool.context.trace_id, "032x") == TRACE_ID
+    assert tool.attributes["gen_ai.tool.call.id"] == "toolu_traces"
+    assert tool.attributes["gen_ai.conversation.id"] == "cc-traces"
+    assert tool.attributes["gateway.decision"] == "deny"
+    (rules,) = named(spans, "hook rules")
+    assert rules.parent.span_id == tool.context.span_id
+    assert rules.attributes["gateway.hook.decision"] == "deny"
+
+
 def test_the_card_delivery_in_the_worker_is_a_child_of_the_ask(
     live_gateway, spans, fake_slack: FakeSlack, celery_worker
 ):
