@@ -153,9 +153,6 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     # Django's psycopg pool: async code paths borrow a connection per read and give it back.
     _db["CONN_MAX_AGE"] = 0
-    # The pool checks a connection before lending it (one empty round trip): after a database restart or
-    # a failover, connections to the old server are dropped instead of failing a request each.
-    _db["CONN_HEALTH_CHECKS"] = env_bool("GATEWAY_DB_CHECK_CONNECTIONS", True)
     _db.setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env_int("GATEWAY_DB_POOL_SIZE", 20),

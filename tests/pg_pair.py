@@ -46,7 +46,10 @@ class PgPair:
         self.root = Path(tempfile.mkdtemp(prefix="gw-failover-"))
         user = pwd.getpwnam(owner)
         os.chown(self.root, user.pw_uid, user.pw_gid)
-        self.primary_dir, self.replica_dir = self.root / "primary", self.root / "replica"
+        self.primary_dir, self.replica_dir = (
+            self.root / "primary",
+            self.root / "replica",
+        )
         self.primary_port, self.replica_port = _free_port(), _free_port()
         self.dbname = "gateway"
 
@@ -56,18 +59,42 @@ class PgPair:
         command = [str(self.bin / tool), *args]
         if os.geteuid() == 0:
             command = ["runuser", "-u", self.owner, "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=self.root)
+        done = subprocess.run(
+            command,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stdout}\n{done.stderr}")
         return done.stdout
 
     def _ctl(self, data_dir: Path, *args: str) -> str:
-        return self._run("pg_ctl", "-D", str(data_dir), "-l", str(data_dir.parent / f"{data_dir.name}.log"), *args)
+        return self._run(
+            "pg_ctl",
+            "-D",
+            str(data_dir),
+            "-l",
+            str(data_dir.parent / f"{data_dir.name}.log"),
+            *args,
+        )
 
     # ------------------------------------------------------------------ the clusters
 
     def start(self) -> PgPair:
-        self._run("initdb", "-D", str(self.primary_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.primary_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         self._configure(self.primary_dir, self.primary_port)
         with (self.primary_dir / "postgresql.conf").open("a") as conf:
             conf.write("wal_level = replica\nmax_wal_senders = 5\n")
@@ -133,5 +160,10 @@ class PgPair:
 
     def connect(self, port: int, dbname: str | None = None) -> psycopg.Connection:
         return psycopg.connect(
-            host="127.0.0.1", port=port, user="postgres", dbname=dbname or self.dbname, autocommit=True, connect_timeout=5
+            host="127.0.0.1",
+            port=port,
+            user="postgres",
+            dbname=dbname or self.dbname,
+            autocommit=True,
+            connect_timeout=5,
         )
