@@ -117,9 +117,33 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gateway.sqlite3'}")
+
+
+def _postgres_multi_host(url: str) -> dict:
+    """A PostgreSQL URL naming several hosts (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+    read by libpq itself: dj-database-url takes one host only. Django hands HOST and PORT (comma-separated
+    lists) and the other parameters to psycopg as they are, and libpq tries the hosts in turn."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", ""),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
+    }
+
+
 try:
-    _db = dj_database_url.parse(DATABASE_URL)
-except Exception as exc:  # dj-database-url raises several types on junk
+    _scheme, _, _rest = DATABASE_URL.partition("://")
+    if _scheme in ("postgres", "postgresql") and "," in _rest.partition("/")[0]:
+        _db = _postgres_multi_host(DATABASE_URL)
+    else:
+        _db = dj_database_url.parse(DATABASE_URL)
+except Exception as exc:  # dj-database-url and libpq raise several types on junk
     raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE transactions let the server, worker and beat share one file.
