@@ -159,11 +159,17 @@ def process_snapshot(name: str, pid: int, *, children: bool = True) -> dict[str,
     for p in pids:
         try:
             status = run.proc_status(p)
-            rss += status["rss_kib"]
-            threads += status["threads"]
-            links = [os.readlink(f"/proc/{p}/fd/{fd}") for fd in os.listdir(f"/proc/{p}/fd")]
+            fd_names = os.listdir(f"/proc/{p}/fd")
         except (FileNotFoundError, ProcessLookupError):
             continue
+        rss += status["rss_kib"]
+        threads += status["threads"]
+        links = []
+        for fd in fd_names:
+            try:
+                links.append(os.readlink(f"/proc/{p}/fd/{fd}"))
+            except FileNotFoundError:  # closed meanwhile (the listing's own descriptor, for this process)
+                pass
         fds += len(links)
         sockets += sum(1 for link in links if link.startswith("socket:"))
     return {"process": name, "pids": len(pids), "rss_mib": round(rss / 1024, 1), "threads": threads, "fds": fds,
