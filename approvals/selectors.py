@@ -246,11 +246,13 @@ def approver_refusal(
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
         return "not_approver", "This request cannot be decided from this channel."
-    if allowed and actor not in allowed:
-        routed = routed_people(confirmation, channel_name=channel_name)
-        person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
-        if person not in routed["people"] and stand_in_for(routed, person=person) is None:
-            return "not_approver", "You are not one of the approvers of this request."
+    routed = routed_people(confirmation, channel_name=channel_name)
+    person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
+    standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
+    if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
+        return "not_approver", f"Your time standing in for {routed['stand_ins'][person]['name']} has ended."
+    if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
+        return "not_approver", "You are not one of the approvers of this request."
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
 
 
@@ -406,8 +408,8 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
         .select_related("person", "delegate__user")
         .order_by("starts_at")
     ):
-        if row.delegate_id in named or row.delegate_id in delegates:
-            continue  # named in their own right, or already standing in for someone
+        if row.delegate_id in everyone or row.delegate_id in delegates:
+            continue  # an approver in their own right, or already standing in for someone
         delegates[row.delegate_id] = row.delegate
         stand_ins[row.delegate.key] = {"for": row.person.key, "name": row.person.display_name, "until": row.ends_at.isoformat()}
     if not named and not stand_ins:

@@ -215,3 +215,41 @@ def test_a_link_cannot_be_asked_for_on_a_channel_that_cannot_message_one_person(
 
     assert refused.status_code == 400
     assert not LinkToken.objects.exists()
+
+
+def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway):
+    """Real threads against PostgreSQL: two redemptions of one link race, 10 times; one wins each time."""
+    import threading
+
+    from django.db import connection
+
+    from approvals import services
+    from approvals.errors import InvalidInput
+
+    channels(fake_slack)
+    alice = User.objects.create_user("alice", password=PASSWORD)
+    for attempt in range(10):
+        account = f"U0RACE{attempt:02d}"
+        services.person_link_offer(user=alice, channel_name="ops-slack", account=account)
+        (direct,) = [c.json for c in fake_slack.calls("chat.postMessage") if c.json.get("channel") == account]
+        signed = link_in(direct["text"]).rstrip("/").rsplit("/", 1)[1]
+        start = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        def redeem() -> None:
+            try:
+                start.wait(timeout=10)
+                outcomes.append(services.person_link_redeem(user=alice, signed=signed))
+            except InvalidInput as refused:
+                outcomes.append(refused.message)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=redeem) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+
+        assert sorted(outcomes) == sorted([f"slack:{account}", "This link was used already or has expired; ask for a new one."])
+        assert PersonIdentity.objects.filter(identity=f"slack:{account}").count() == 1
