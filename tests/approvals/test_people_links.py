@@ -11,7 +11,12 @@ import pytest
 from django.contrib.auth.models import User
 
 from approvals.models import IdentitySource, LinkToken, Person, PersonIdentity
-from tests.channels_ext.slack.test_end_to_end import ALICE, BOT_TOKEN, SIGNING_SECRET, SLACK_CHANNEL_ID
+from tests.channels_ext.slack.test_end_to_end import (
+    ALICE,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SLACK_CHANNEL_ID,
+)
 from tests.conftest import apply_config
 from tests.fakes.feishu_api import FakeFeishu, unique_app_id
 from tests.fakes.slack_api import FakeSlack
@@ -236,7 +241,7 @@ def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway)
         start = threading.Barrier(2)
         outcomes: list[str] = []
 
-        def redeem() -> None:
+        def redeem(start: threading.Barrier = start, outcomes: list[str] = outcomes, signed: str = signed) -> None:
             try:
                 start.wait(timeout=10)
                 outcomes.append(services.person_link_redeem(user=alice, signed=signed))
