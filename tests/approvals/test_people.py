@@ -133,6 +133,7 @@ def test_a_group_routes_to_every_members_slack_identity_and_a_person_on_slack_an
     assert "Alice Adams" not in block_text(redrawn[-1]["blocks"]).split("*Waiting for:*")[1].splitlines()[0]
 
     # Alice again, now on the approval page (staff, her Django user): one person counts once.
+    assert '<span id="waiting-for">waiting for Bob Brown</span>' in signed_in("alice").get(f"/approvals/{confirmation_id}/").text
     on_the_page = signed_in("alice").post(f"/approvals/{confirmation_id}/", {"decision": "approve", "reason": ""})
     assert SignedIn.messages(on_the_page) == [
         f"You have already answered this request, as slack:{ALICE.id}; one person counts once."
