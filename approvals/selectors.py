@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import functools
 import json
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -302,6 +305,29 @@ DJANGO_USER_KINDS = ("web", "admin")
 PEOPLE_PREFIXES = ("group:", "person:")
 
 
+# Who is whom, remembered while a page judges many requests for one user (`people_memo`): the inbox.
+_PEOPLE_MEMO: contextvars.ContextVar[dict[tuple[str, str], Any] | None] = contextvars.ContextVar("people_memo", default=None)
+
+
+@contextlib.contextmanager
+def people_memo() -> Iterator[None]:
+    """Within this block `person_of` and `owner_of` answer each question once (one page's worth of reads)."""
+    token = _PEOPLE_MEMO.set({})
+    try:
+        yield
+    finally:
+        _PEOPLE_MEMO.reset(token)
+
+
+def _remembered(kind: str, key: str, read: Callable[[], Any]) -> Any:
+    memo = _PEOPLE_MEMO.get()
+    if memo is None:
+        return read()
+    if (kind, key) not in memo:
+        memo[(kind, key)] = read()
+    return memo[(kind, key)]
+
+
 def person_of(identity: str) -> str:
     """The person behind a channel-qualified identity: the key a quorum counts once, and what
     self-approval compares (docs/approving.md, "One person counts once").
@@ -313,6 +339,10 @@ def person_of(identity: str) -> str:
     own — exactly as before anyone was linked. This is the one place that says who is the same
     person: every quorum and self-approval check follows it.
     """
+    return _remembered("person", identity, lambda: _person_of(identity))
+
+
+def _person_of(identity: str) -> str:
     kind, _, native = identity.partition(":")
     linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
     if linked is not None:
@@ -334,6 +364,10 @@ def owner_of(user_id: str) -> str | None:
     `user_id` may be a channel-qualified identity (`slack:U0ALICE`), `person:EMAIL`, an e-mail
     address (a person's), or a Django username.
     """
+    return _remembered("owner", user_id, lambda: _owner_of(user_id))
+
+
+def _owner_of(user_id: str) -> str | None:
     kind, sep, native = user_id.partition(":")
     if sep and kind == "person":
         return person_key_by_email(native)
@@ -398,7 +432,9 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
                 named[person.pk] = person
     linked_ids = {f"{kind}:{native}" for native in raw}
     linked = Person.objects.filter(active=True).filter(
-        Q(identities__identity__in=linked_ids) | Q(user__username__in=raw if kind == "web" else [])
+        Q(identities__identity__in=linked_ids)
+        | Q(user__username__in=raw if kind == "web" else [])
+        | Q(email__in=raw if kind == "email" else [])  # (`person_of` finds an `email:` identity by address too)
     ).distinct()
     everyone = {**{p.pk: p for p in linked}, **named}
     stand_ins: dict[str, dict[str, str]] = {}
