@@ -390,6 +390,13 @@ def linked_identities(*, user: Any) -> list[str]:
     return list(PersonIdentity.objects.filter(person__user=user).order_by("identity").values_list("identity", flat=True))
 
 
+def stand_ins_of(*, user: Any) -> list[StandIn]:
+    """The stand-ins a signed-in user's person named that have not ended yet, soonest first."""
+    return list(
+        StandIn.objects.filter(person__user=user, ends_at__gt=timezone.now()).select_related("delegate").order_by("starts_at")
+    )
+
+
 def channels_sending_direct_messages() -> list[str]:
     """The names of the configured channels whose adapter can send one person a link (`sends_direct_messages`)."""
     return [c.name for c in Channel.objects.order_by("name") if channel_adapter(c).sends_direct_messages]

@@ -365,3 +365,48 @@ def test_a_stand_in_whose_window_has_closed_is_refused(fake_slack, live_gateway,
     assert wait_until(lambda: notes_to(fake_slack, "mallory"))[-1]["text"] == "Your time standing in for Alice Adams has ended."
     assert not ApproverResponse.objects.exists()
     assert agent.wait(confirmation_id, timeout=0).json()["status"] == "pending"
+
+
+def test_a_person_names_their_own_stand_in_on_the_web_and_the_stand_in_approves_on_their_behalf(live_gateway, signed_in):
+    ada = Person.objects.create(display_name="Ada Away", email="ada@example.com", user=User.objects.create_user("ada", password=PASSWORD))
+    Person.objects.create(display_name="Sam Standin", email="sam@example.com", user=User.objects.create_user("sam", password=PASSWORD))
+    apply_config(
+        f"""
+channels: [{{name: web, kind: web}}]
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: web
+        approvers: ["person:ada@example.com"]
+"""
+    )
+    page = signed_in("ada")
+    now = timezone.now()
+    window = {"starts_at": (now - dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"), "ends_at": (now + dt.timedelta(days=7)).strftime("%Y-%m-%d %H:%M")}
+
+    for wrong, why in [
+        ({"delegate_email": "ada@example.com", **window}, "You cannot stand in for yourself."),
+        ({"delegate_email": "nobody@example.com", **window}, "Nobody active in the directory has the e-mail 'nobody@example.com'."),
+        ({"delegate_email": "sam@example.com", "starts_at": window["ends_at"], "ends_at": window["starts_at"]}, "The window must end after it starts."),
+    ]:
+        refused = page.post("/people/stand-in/", wrong)
+        assert (refused.status_code, SignedIn.messages(refused)) == (400, [why])
+    assert not StandIn.objects.exists()
+
+    named = page.post("/people/stand-in/", {"delegate_email": "SAM@example.com", **window, "note": "holiday"})
+
+    assert SignedIn.messages(named)[0].startswith("Sam Standin stands in for you until ")
+    assert list(StandIn.objects.values_list("person_id", "note")) == [(ada.pk, "holiday")]
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 5}).json()["confirmation_id"]
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).approvers == ["ada", "sam"]  # routed to the stand-in too
+
+    approved = signed_in("sam").post(f"/approvals/{confirmation_id}/", {"decision": "approve", "reason": ""})
+
+    assert SignedIn.messages(approved) == ["Approved."]
+    state = agent.wait(confirmation_id, timeout=5).json()
+    assert (state["status"], state["decided_by"], state["decided_by_name"]) == ("approved", "web:sam", "sam on behalf of Ada Away")
+    assert "sam on behalf of Ada Away (web:sam)" in page.get(f"/approvals/{confirmation_id}/").text
