@@ -10,7 +10,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.models import IdentitySource, LinkToken, Person, PersonIdentity
+from approvals.models import IdentitySource, LinkToken, PeopleGroup, Person, PersonIdentity, StandIn
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,
     BOT_TOKEN,
@@ -258,3 +258,26 @@ def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway)
 
         assert sorted(outcomes) == sorted([f"slack:{account}", "This link was used already or has expired; ask for a new one."])
         assert PersonIdentity.objects.filter(identity=f"slack:{account}").count() == 1
+
+
+def test_an_admin_makes_a_group_and_names_a_stand_in_whose_window_must_make_sense(live_gateway, signed_in):
+    User.objects.create_superuser("root", password=PASSWORD)
+    ada = Person.objects.create(display_name="Ada Away", email="ada@example.com")
+    sam = Person.objects.create(display_name="Sam Standin", email="sam@example.com")
+    admin = signed_in("root")
+
+    made = admin.post("/admin/approvals/peoplegroup/add/", {"name": "finance", "description": "pays", "members": [ada.pk, sam.pk], "_save": "Save"})
+
+    assert made.status_code == 200
+    assert sorted(PeopleGroup.objects.get(name="finance").members.values_list("display_name", flat=True)) == ["Ada Away", "Sam Standin"]
+    add = "/admin/approvals/standin/add/"
+    window = {"person": ada.pk, "delegate": sam.pk, "starts_at_0": "2026-12-01", "starts_at_1": "08:00", "note": "", "_save": "Save"}
+    backwards = admin.post(add, {**window, "ends_at_0": "2026-11-30", "ends_at_1": "08:00"})
+    for_oneself = admin.post(add, {**window, "delegate": ada.pk, "ends_at_0": "2026-12-15", "ends_at_1": "08:00"})
+    assert "Constraint “standin_window” is violated." in SignedIn.messages(backwards)
+    assert "Constraint “standin_not_self” is violated." in SignedIn.messages(for_oneself)
+    assert not StandIn.objects.exists()
+
+    admin.post(add, {**window, "ends_at_0": "2026-12-15", "ends_at_1": "08:00"})
+
+    assert list(StandIn.objects.values_list("person_id", "delegate_id")) == [(ada.pk, sam.pk)]
