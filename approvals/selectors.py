@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -106,6 +106,20 @@ def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
 def channel_names() -> set[str]:
     """The names of the configured channels (approval gates may name these)."""
     return set(Channel.objects.values_list("name", flat=True))
+
+
+def pending_by_channel() -> dict[str, tuple[int, dt.datetime | None]]:
+    """Every channel's pending requests now: (how many, when the oldest was created). For /metrics."""
+    pending: dict[str, tuple[int, dt.datetime | None]] = {name: (0, None) for name in channel_names()}
+    rows = (
+        ConfirmationRequest.objects.filter(status=Status.PENDING)
+        .values("channel__name")
+        .annotate(count=Count("pk"), oldest=Min("created_at"))
+        .values_list("channel__name", "count", "oldest")
+    )
+    for name, count, oldest in rows:
+        pending[name or ""] = (count, oldest)
+    return pending
 
 
 def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> ConfirmationRequest:

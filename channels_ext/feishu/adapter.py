@@ -247,7 +247,9 @@ class FeishuAdapter(ChannelAdapter):
         except NoAuthorizationException as exc:
             raise ChannelError(f"Feishu channel {self.name!r}: {exc.msg}", permanent=True) from exc
         except requests.RequestException as exc:
-            raise ChannelError(f"Could not reach Feishu to {action}: {type(exc).__name__}: {exc}") from exc
+            raise ChannelError(
+                f"Could not reach Feishu to {action}: {type(exc).__name__}: {exc}", code="connection_error"
+            ) from exc
         except (ValueError, UnmarshalException) as exc:
             # An HTML error page from a gateway in front of Feishu makes the SDK raise JSONDecodeError.
             raise ChannelError(f"Feishu answered '{action}' with a body that is not Feishu JSON: {exc}") from exc
@@ -574,17 +576,17 @@ def _api_error(action: str, response: lark.BaseResponse) -> ChannelError:
     if code in _HINTS:
         message += f"; {_HINTS[code]}"
     if status == 429 or code in _RATE_LIMIT_CODES:
-        return ChannelError(message, retry_after=_retry_after(response))
+        return ChannelError(message, retry_after=_retry_after(response), code=str(code))
     if code in _PERMANENT_CODES or (status is not None and 400 <= status < 500):
-        return ChannelError(message, permanent=True)
-    return ChannelError(message)
+        return ChannelError(message, permanent=True, code=str(code))
+    return ChannelError(message, code=str(code))
 
 
 def _token_error(app_id: str, code: int | None, msg: str | None) -> ChannelError:
     message = f"Feishu refused a tenant access token for app {app_id}: code {code}: {msg}"
     if code in _HINTS:
         message += f"; {_HINTS[code]}"
-    return ChannelError(message, permanent=code in _CREDENTIAL_CODES)
+    return ChannelError(message, permanent=code in _CREDENTIAL_CODES, code=str(code))
 
 
 def _forget_tenant_token(app_id: str) -> None:

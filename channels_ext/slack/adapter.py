@@ -167,13 +167,13 @@ def _api_error(method: str, err: SlackApiError) -> ChannelError:
     code = str(data.get("error") or f"http_{status}")[:100]
     message = f"slack {method} failed: {code}"
     if status == 429:
-        return ChannelError(message, retry_after=_retry_after(response.headers))
+        return ChannelError(message, retry_after=_retry_after(response.headers), code=code)
     if code in PERMANENT_ERRORS:
-        return ChannelError(message, permanent=True)
+        return ChannelError(message, permanent=True, code=code)
     if 400 <= status < 500 and status != 408:
         # e.g. 404 from a wrong api_base_url: a configuration problem, not a blip.
-        return ChannelError(message, permanent=True)
-    return ChannelError(message)
+        return ChannelError(message, permanent=True, code=code)
+    return ChannelError(message, code=code)
 
 
 class SlackAdapter(ChannelAdapter):
@@ -309,7 +309,9 @@ class SlackAdapter(ChannelAdapter):
         except (OSError, HTTPException) as err:
             # URLError, refused/reset connections and timeouts are all OSErrors.
             logger.warning("slack %s failed: %s", method, type(err).__name__)
-            raise ChannelError(f"slack {method} failed: connection error ({type(err).__name__})") from None
+            raise ChannelError(
+                f"slack {method} failed: connection error ({type(err).__name__})", code="connection_error"
+            ) from None
 
     # --- inbound ----------------------------------------------------------
 
