@@ -16,8 +16,8 @@ from django.http import HttpRequest
 
 from approvals import services
 from approvals.models import PeopleGroup, Person, PersonIdentity, StandIn
-from channels_ext.base import CHANNEL_KINDS
 from approvals.services.people import identity_problem
+from channels_ext.base import CHANNEL_KINDS
 
 # Kinds whose identity is a Django user (linked through `Person.user`, not typed here).
 _USER_KINDS = ("web", "admin")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import functools
 import json
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -260,11 +263,13 @@ def approver_refusal(
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
         return "not_approver", "This request cannot be decided from this channel."
-    if allowed and actor not in allowed:
-        routed = routed_people(confirmation, channel_name=channel_name)
-        person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
-        if person not in routed["people"] and stand_in_for(routed, person=person) is None:
-            return "not_approver", "You are not one of the approvers of this request."
+    routed = routed_people(confirmation, channel_name=channel_name)
+    person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
+    standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
+    if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
+        return "not_approver", f"Your time standing in for {routed['stand_ins'][person]['name']} has ended."
+    if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
+        return "not_approver", "You are not one of the approvers of this request."
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
 
 
@@ -314,6 +319,29 @@ DJANGO_USER_KINDS = ("web", "admin")
 PEOPLE_PREFIXES = ("group:", "person:")
 
 
+# Who is whom, remembered while a page judges many requests for one user (`people_memo`): the inbox.
+_PEOPLE_MEMO: contextvars.ContextVar[dict[tuple[str, str], Any] | None] = contextvars.ContextVar("people_memo", default=None)
+
+
+@contextlib.contextmanager
+def people_memo() -> Iterator[None]:
+    """Within this block `person_of` and `owner_of` answer each question once (one page's worth of reads)."""
+    token = _PEOPLE_MEMO.set({})
+    try:
+        yield
+    finally:
+        _PEOPLE_MEMO.reset(token)
+
+
+def _remembered(kind: str, key: str, read: Callable[[], Any]) -> Any:
+    memo = _PEOPLE_MEMO.get()
+    if memo is None:
+        return read()
+    if (kind, key) not in memo:
+        memo[(kind, key)] = read()
+    return memo[(kind, key)]
+
+
 def person_of(identity: str) -> str:
     """The person behind a channel-qualified identity: the key a quorum counts once, and what
     self-approval compares (docs/approving.md, "One person counts once").
@@ -325,6 +353,10 @@ def person_of(identity: str) -> str:
     own — exactly as before anyone was linked. This is the one place that says who is the same
     person: every quorum and self-approval check follows it.
     """
+    return _remembered("person", identity, lambda: _person_of(identity))
+
+
+def _person_of(identity: str) -> str:
     kind, _, native = identity.partition(":")
     linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
     if linked is not None:
@@ -346,6 +378,10 @@ def owner_of(user_id: str) -> str | None:
     `user_id` may be a channel-qualified identity (`slack:U0ALICE`), `person:EMAIL`, an e-mail
     address (a person's), or a Django username.
     """
+    return _remembered("owner", user_id, lambda: _owner_of(user_id))
+
+
+def _owner_of(user_id: str) -> str | None:
     kind, sep, native = user_id.partition(":")
     if sep and kind == "person":
         return person_key_by_email(native)
@@ -366,6 +402,13 @@ def person_key_by_email(email: str) -> str | None:
 def linked_identities(*, user: Any) -> list[str]:
     """The chat identities linked to a signed-in user's person, sorted."""
     return list(PersonIdentity.objects.filter(person__user=user).order_by("identity").values_list("identity", flat=True))
+
+
+def stand_ins_of(*, user: Any) -> list[StandIn]:
+    """The stand-ins a signed-in user's person named that have not ended yet, soonest first."""
+    return list(
+        StandIn.objects.filter(person__user=user, ends_at__gt=timezone.now()).select_related("delegate").order_by("starts_at")
+    )
 
 
 def channels_sending_direct_messages() -> list[str]:
@@ -410,7 +453,9 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
                 named[person.pk] = person
     linked_ids = {f"{kind}:{native}" for native in raw}
     linked = Person.objects.filter(active=True).filter(
-        Q(identities__identity__in=linked_ids) | Q(user__username__in=raw if kind == "web" else [])
+        Q(identities__identity__in=linked_ids)
+        | Q(user__username__in=raw if kind == "web" else [])
+        | Q(email__in=raw if kind == "email" else [])  # (`person_of` finds an `email:` identity by address too)
     ).distinct()
     everyone = {**{p.pk: p for p in linked}, **named}
     stand_ins: dict[str, dict[str, str]] = {}
@@ -420,8 +465,8 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
         .select_related("person", "delegate__user")
         .order_by("starts_at")
     ):
-        if row.delegate_id in named or row.delegate_id in delegates:
-            continue  # named in their own right, or already standing in for someone
+        if row.delegate_id in everyone or row.delegate_id in delegates:
+            continue  # an approver in their own right, or already standing in for someone
         delegates[row.delegate_id] = row.delegate
         stand_ins[row.delegate.key] = {"for": row.person.key, "name": row.person.display_name, "until": row.ends_at.isoformat()}
     if not named and not stand_ins:

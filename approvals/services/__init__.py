@@ -42,6 +42,7 @@ from approvals.services.people import (
     person_link_by_email,
     person_link_offer,
     person_link_redeem,
+    stand_in_name,
 )
 from approvals.services.records import event_record, outbox_add
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
@@ -79,6 +80,7 @@ __all__ = [
     "person_link_by_email",
     "person_link_offer",
     "person_link_redeem",
+    "stand_in_name",
     "outbox_add",
     "outbox_claim",
     "outbox_deliver",

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.errors import Conflict, InvalidInput, NotFound
-from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity
+from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
 from channels_ext.base import CHANNEL_KINDS, ChannelError
 
 # A self-link lives this long: long enough to switch to the chat and back, short enough to be useless later.
@@ -163,3 +163,21 @@ def person_link_redeem(*, user: AbstractBaseUser, signed: str) -> str:
             raise InvalidInput("This link was used already or has expired; ask for a new one.")
         person_identity_link(person_id=token.person_id, identity=token.identity, source=IdentitySource.SELF_LINK)
     return token.identity
+
+
+def stand_in_name(
+    *, user: AbstractBaseUser, delegate_email: str, starts_at: dt.datetime, ends_at: dt.datetime, note: str = ""
+) -> StandIn:
+    """The signed-in user names a stand-in for a window (out of office): requests routed to them while it
+    is open reach the delegate too (docs/approving.md, "Stand-ins"). `InvalidInput` says why not."""
+    person = person_for_user(user=user)
+    delegate = Person.objects.filter(email__iexact=delegate_email.strip(), active=True).first()
+    if delegate is None:
+        raise InvalidInput(f"Nobody active in the directory has the e-mail {delegate_email.strip()!r}.")
+    if delegate.pk == person.pk:
+        raise InvalidInput("You cannot stand in for yourself.")
+    if ends_at <= starts_at:
+        raise InvalidInput("The window must end after it starts.")
+    if ends_at <= timezone.now():
+        raise InvalidInput("The window has already ended.")
+    return StandIn.objects.create(person=person, delegate=delegate, starts_at=starts_at, ends_at=ends_at, note=note[:200])

@@ -12,13 +12,20 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import selectors, services
 from approvals.errors import GatewayError
 from channels_ext.base import ChannelError
 
 LOGIN_URL = "approval-login"
+
+
+class StandInForm(forms.Form):
+    delegate_email = forms.EmailField(help_text="The e-mail of the person who answers for you.")
+    starts_at = forms.DateTimeField(help_text="From (YYYY-MM-DD HH:MM, UTC)")
+    ends_at = forms.DateTimeField(help_text="Until (YYYY-MM-DD HH:MM, UTC)")
+    note = forms.CharField(max_length=200, required=False)
 
 
 class LinkAskForm(forms.Form):
@@ -48,12 +55,44 @@ def link_ask(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"A one-time link was sent to {identity}. Open it there while signed in here.")
             return redirect("people-link")
+    return _page(request, form=form, channels=channels)
+
+
+def _page(request: HttpRequest, *, form: LinkAskForm, channels: list[str], stand_in: StandInForm | None = None) -> HttpResponse:
+    stand_in = stand_in or StandInForm()
     return render(
         request,
         "approvals/people_link.html",
-        {"form": form, "identities": selectors.linked_identities(user=request.user), "channels": channels},
-        status=400 if form.errors else 200,
+        {
+            "form": form,
+            "identities": selectors.linked_identities(user=request.user),
+            "channels": channels,
+            "stand_in_form": stand_in,
+            "stand_ins": selectors.stand_ins_of(user=request.user),
+        },
+        status=400 if form.errors or stand_in.errors else 200,
     )
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def stand_in(request: HttpRequest) -> HttpResponse:
+    """Name a stand-in for a window (out of office)."""
+    form = StandInForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            named = services.stand_in_name(
+                user=request.user, delegate_email=data["delegate_email"], starts_at=data["starts_at"],
+                ends_at=data["ends_at"], note=data["note"],
+            )  # fmt: skip
+        except GatewayError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"{named.delegate.display_name} stands in for you until {named.ends_at:%Y-%m-%d %H:%M} UTC.")
+            return redirect("people-link")
+    channels = selectors.channels_sending_direct_messages()
+    return _page(request, form=LinkAskForm(channels=channels), channels=channels, stand_in=form)
 
 
 @login_required(login_url=LOGIN_URL)

@@ -15,6 +15,7 @@ urlpatterns = [
     # Linking one's own chat accounts (docs/approving.md, "People"): asked for here, finished from the chat.
     path("people/link/", people.link_ask, name="people-link"),
     path("people/link/<str:signed>/", people.link_finish, name="people-link-finish"),
+    path("people/stand-in/", people.stand_in, name="people-stand-in"),
     # The admin's CSS and JS (a deployment behind nginx or a CDN may serve STATIC_ROOT instead).
     re_path(r"^static/(?P<path>.+)$", views.static_file, name="static-file"),
 ]

@@ -58,12 +58,13 @@ def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
         .order_by("created_at")[:500]
     )
     mine, others = [], []
-    for confirmation in pending:
-        viewer = viewer_for(request.user, confirmation)
-        if viewer.can_decide:
-            mine.append(confirmation)
-        elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
-            others.append(confirmation)
+    with selectors.people_memo():  # who is whom, read once for the whole list
+        for confirmation in pending:
+            viewer = viewer_for(request.user, confirmation)
+            if viewer.can_decide:
+                mine.append(confirmation)
+            elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
+                others.append(confirmation)
     username = request.user.get_username()
     decided = (
         ConfirmationRequest.objects.select_related("agent")

@@ -133,6 +133,7 @@ def test_a_group_routes_to_every_members_slack_identity_and_a_person_on_slack_an
     assert "Alice Adams" not in block_text(redrawn[-1]["blocks"]).split("*Waiting for:*")[1].splitlines()[0]
 
     # Alice again, now on the approval page (staff, her Django user): one person counts once.
+    assert '<span id="waiting-for">waiting for Bob Brown</span>' in signed_in("alice").get(f"/approvals/{confirmation_id}/").text
     on_the_page = signed_in("alice").post(f"/approvals/{confirmation_id}/", {"decision": "approve", "reason": ""})
     assert SignedIn.messages(on_the_page) == [
         f"You have already answered this request, as slack:{ALICE.id}; one person counts once."
@@ -301,3 +302,111 @@ def test_a_config_with_a_malformed_people_entry_is_refused_with_its_path(fake_sl
 
 def test_a_group_may_ask_for_more_approvals_than_the_config_lists_entries(fake_slack):
     parse_config_text(slack_config(fake_slack, ["group:finance"], more="        approvals_required: 3\n"))
+
+
+def test_on_slack_a_stand_in_answers_once_for_the_person_they_stand_in_for(
+    fake_slack, live_gateway, celery_worker, finance
+):
+    alice, mallory = finance["alice"], finance["mallory"]
+    now = timezone.now()
+    StandIn.objects.create(person=alice, delegate=mallory, starts_at=now - dt.timedelta(hours=1), ends_at=now + dt.timedelta(days=1))
+    apply_config(slack_config(fake_slack, ["group:finance"], more="        approvals_required: 2\n"))
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["confirmation_id"]
+    card = posted_card(fake_slack)
+    assert "*Approvers:* <@U0ALICE>, <@U0BOB>, <@U0MALLORY>" in block_text(card.request.json["blocks"])
+
+    click(live_gateway, fake_slack, card, MALLORY, "approve", note_to="mallory")  # for Alice: 1 of 2
+    click(live_gateway, fake_slack, card, ALICE, "approve", note_to="alice")  # Alice herself: already counted
+
+    assert wait_until(lambda: notes_to(fake_slack, "alice"))[-1]["text"] == (
+        "mallory has already answered this request on your behalf; one person counts once."
+    )
+    assert list(ApproverResponse.objects.values_list("approver", "on_behalf_of_name")) == [(f"slack:{MALLORY.id}", "Alice Adams")]
+    assert ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="response").data["on_behalf_of_name"] == "Alice Adams"
+
+    click(live_gateway, fake_slack, card, BOB, "reject", note_to="bob")  # opens the reason modal: nothing decided yet
+    assert agent.wait(confirmation_id, timeout=0).json()["status"] == "pending"
+
+
+def test_on_slack_a_stand_ins_decision_reads_on_behalf_of_on_the_card(fake_slack, live_gateway, celery_worker, finance):
+    alice, mallory = finance["alice"], finance["mallory"]
+    now = timezone.now()
+    StandIn.objects.create(person=alice, delegate=mallory, starts_at=now - dt.timedelta(hours=1), ends_at=now + dt.timedelta(days=1))
+    apply_config(slack_config(fake_slack, [f"person:{alice.email}"]))
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["confirmation_id"]
+    card = posted_card(fake_slack)
+
+    click(live_gateway, fake_slack, card, MALLORY, "approve", note_to="mallory")
+
+    decided = wait_until(lambda: [u for u in card_updates(fake_slack, card) if u["text"].startswith("✅ Approved")])
+    assert decided[-1]["text"].startswith(f"✅ Approved by <@{MALLORY.id}> on behalf of Alice Adams at ")
+    state = agent.wait(confirmation_id, timeout=5).json()
+    assert (state["decided_by"], state["decided_by_name"]) == (f"slack:{MALLORY.id}", "mallory on behalf of Alice Adams")
+
+
+def test_a_stand_in_whose_window_has_closed_is_refused(fake_slack, live_gateway, celery_worker, finance):
+    alice, mallory = finance["alice"], finance["mallory"]
+    now = timezone.now()
+    StandIn.objects.create(person=alice, delegate=mallory, starts_at=now - dt.timedelta(hours=1), ends_at=now + dt.timedelta(days=1))
+    apply_config(slack_config(fake_slack, [f"person:{alice.email}"]))
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["confirmation_id"]
+    card = posted_card(fake_slack)
+    # The window closes while the request waits (as the request recorded it when it was routed).
+    request = ConfirmationRequest.objects.get(pk=confirmation_id)
+    snapshot = request.approver_people
+    snapshot["stand_ins"][mallory.key]["until"] = (now - dt.timedelta(minutes=1)).isoformat()
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(approver_people=snapshot)
+
+    click(live_gateway, fake_slack, card, MALLORY, "approve", note_to="mallory")
+
+    assert wait_until(lambda: notes_to(fake_slack, "mallory"))[-1]["text"] == "Your time standing in for Alice Adams has ended."
+    assert not ApproverResponse.objects.exists()
+    assert agent.wait(confirmation_id, timeout=0).json()["status"] == "pending"
+
+
+def test_a_person_names_their_own_stand_in_on_the_web_and_the_stand_in_approves_on_their_behalf(live_gateway, signed_in):
+    ada = Person.objects.create(display_name="Ada Away", email="ada@example.com", user=User.objects.create_user("ada", password=PASSWORD))
+    Person.objects.create(display_name="Sam Standin", email="sam@example.com", user=User.objects.create_user("sam", password=PASSWORD))
+    apply_config(
+        f"""
+channels: [{{name: web, kind: web}}]
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: web
+        approvers: ["person:ada@example.com"]
+"""
+    )
+    page = signed_in("ada")
+    now = timezone.now()
+    window = {"starts_at": (now - dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"), "ends_at": (now + dt.timedelta(days=7)).strftime("%Y-%m-%d %H:%M")}
+
+    for wrong, why in [
+        ({"delegate_email": "ada@example.com", **window}, "You cannot stand in for yourself."),
+        ({"delegate_email": "nobody@example.com", **window}, "Nobody active in the directory has the e-mail 'nobody@example.com'."),
+        ({"delegate_email": "sam@example.com", "starts_at": window["ends_at"], "ends_at": window["starts_at"]}, "The window must end after it starts."),
+    ]:
+        refused = page.post("/people/stand-in/", wrong)
+        assert (refused.status_code, SignedIn.messages(refused)) == (400, [why])
+    assert not StandIn.objects.exists()
+
+    named = page.post("/people/stand-in/", {"delegate_email": "SAM@example.com", **window, "note": "holiday"})
+
+    assert SignedIn.messages(named)[0].startswith("Sam Standin stands in for you until ")
+    assert list(StandIn.objects.values_list("person_id", "note")) == [(ada.pk, "holiday")]
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 5}).json()["confirmation_id"]
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).approvers == ["ada", "sam"]  # routed to the stand-in too
+
+    approved = signed_in("sam").post(f"/approvals/{confirmation_id}/", {"decision": "approve", "reason": ""})
+
+    assert SignedIn.messages(approved) == ["Approved."]
+    state = agent.wait(confirmation_id, timeout=5).json()
+    assert (state["status"], state["decided_by"], state["decided_by_name"]) == ("approved", "web:sam", "sam on behalf of Ada Away")
+    assert "sam on behalf of Ada Away (web:sam)" in page.get(f"/approvals/{confirmation_id}/").text

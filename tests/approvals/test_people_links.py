@@ -10,8 +10,13 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
-from approvals.models import IdentitySource, LinkToken, Person, PersonIdentity
-from tests.channels_ext.slack.test_end_to_end import ALICE, BOT_TOKEN, SIGNING_SECRET, SLACK_CHANNEL_ID
+from approvals.models import IdentitySource, LinkToken, PeopleGroup, Person, PersonIdentity, StandIn
+from tests.channels_ext.slack.test_end_to_end import (
+    ALICE,
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    SLACK_CHANNEL_ID,
+)
 from tests.conftest import apply_config
 from tests.fakes.feishu_api import FakeFeishu, unique_app_id
 from tests.fakes.slack_api import FakeSlack
@@ -215,3 +220,64 @@ def test_a_link_cannot_be_asked_for_on_a_channel_that_cannot_message_one_person(
 
     assert refused.status_code == 400
     assert not LinkToken.objects.exists()
+
+
+def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway):
+    """Real threads against PostgreSQL: two redemptions of one link race, 10 times; one wins each time."""
+    import threading
+
+    from django.db import connection
+
+    from approvals import services
+    from approvals.errors import InvalidInput
+
+    channels(fake_slack)
+    alice = User.objects.create_user("alice", password=PASSWORD)
+    for attempt in range(10):
+        account = f"U0RACE{attempt:02d}"
+        services.person_link_offer(user=alice, channel_name="ops-slack", account=account)
+        (direct,) = [c.json for c in fake_slack.calls("chat.postMessage") if c.json.get("channel") == account]
+        signed = link_in(direct["text"]).rstrip("/").rsplit("/", 1)[1]
+        start = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        def redeem(start: threading.Barrier = start, outcomes: list[str] = outcomes, signed: str = signed) -> None:
+            try:
+                start.wait(timeout=10)
+                outcomes.append(services.person_link_redeem(user=alice, signed=signed))
+            except InvalidInput as refused:
+                outcomes.append(refused.message)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=redeem) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+
+        assert sorted(outcomes) == sorted([f"slack:{account}", "This link was used already or has expired; ask for a new one."])
+        assert PersonIdentity.objects.filter(identity=f"slack:{account}").count() == 1
+
+
+def test_an_admin_makes_a_group_and_names_a_stand_in_whose_window_must_make_sense(live_gateway, signed_in):
+    User.objects.create_superuser("root", password=PASSWORD)
+    ada = Person.objects.create(display_name="Ada Away", email="ada@example.com")
+    sam = Person.objects.create(display_name="Sam Standin", email="sam@example.com")
+    admin = signed_in("root")
+
+    made = admin.post("/admin/approvals/peoplegroup/add/", {"name": "finance", "description": "pays", "members": [ada.pk, sam.pk], "_save": "Save"})
+
+    assert made.status_code == 200
+    assert sorted(PeopleGroup.objects.get(name="finance").members.values_list("display_name", flat=True)) == ["Ada Away", "Sam Standin"]
+    add = "/admin/approvals/standin/add/"
+    window = {"person": ada.pk, "delegate": sam.pk, "starts_at_0": "2026-12-01", "starts_at_1": "08:00", "note": "", "_save": "Save"}
+    backwards = admin.post(add, {**window, "ends_at_0": "2026-11-30", "ends_at_1": "08:00"})
+    for_oneself = admin.post(add, {**window, "delegate": ada.pk, "ends_at_0": "2026-12-15", "ends_at_1": "08:00"})
+    assert "Constraint “standin_window” is violated." in SignedIn.messages(backwards)
+    assert "Constraint “standin_not_self” is violated." in SignedIn.messages(for_oneself)
+    assert not StandIn.objects.exists()
+
+    admin.post(add, {**window, "ends_at_0": "2026-12-15", "ends_at_1": "08:00"})
+
+    assert list(StandIn.objects.values_list("person_id", "delegate_id")) == [(ada.pk, sam.pk)]
