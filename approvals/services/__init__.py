@@ -35,6 +35,7 @@ from approvals.services.confirmations import (
 from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
+from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
@@ -49,6 +50,7 @@ __all__ = [
     "audit_append",
     "audit_purge",
     "config_apply",
+    "question_create",
     "confirmation_cancel",
     "confirmation_cancel_by_staff",
     "confirmation_create",
