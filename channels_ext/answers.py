@@ -363,3 +363,14 @@ def answer_text(answer: Any, schema: dict[str, Any] | None = None) -> str:
         order = [f.name for f in asked if f.name in answer] + [k for k in answer if k not in titles]
         return " · ".join(f"{titles.get(k) or k}: {one(answer[k])}" for k in order)
     return one(answer)
+
+
+def schema_from_choices(choices: list[str] | None, *, several: bool = False, max_length: int = 2000) -> dict[str, Any]:
+    """The answer schema of a question asked as "these choices" (one, or `several`), or free text without
+    choices — what an `ask_human` tool's caller gives (docs/asking.md)."""
+    options = list(dict.fromkeys(str(c) for c in (choices or []) if str(c)))  # unique, in order
+    if not options:
+        return {"type": "string", "maxLength": max_length, "minLength": 1}
+    if several:
+        return {"type": "array", "items": {"type": "string", "enum": options}, "uniqueItems": True, "minItems": 1}
+    return {"type": "string", "enum": options}
