@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0010_channel_kinds'),
+        ('approvals', '0012_people'),
     ]
 
     operations = [
