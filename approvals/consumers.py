@@ -67,7 +67,10 @@ def api_key_from_scope(scope: dict[str, Any]) -> str:
 
 
 def socket_message(state: ConfirmationState) -> dict[str, Any]:
-    """What the socket pushes about one request: the API's view plus the approvals so far."""
+    """What the socket pushes about one request: the API's view plus the approvals so far (a question:
+    the questions API's view, docs/asking.md)."""
+    if state.kind == "question":
+        return selectors.question_as_dict(state)
     return {
         **selectors.confirmation_as_dict(state),
         "approvals_required": state.approvals_required,

@@ -118,9 +118,10 @@ class Status(models.TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    ANSWERED = "answered"  # a question's answer was given (docs/asking.md)
 
 
-FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED})
+FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED, Status.ANSWERED})
 # The only moves a confirmation request can make; each is one conditional UPDATE.
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.PENDING: frozenset(FINAL_STATUSES),
@@ -128,11 +129,25 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Status.REJECTED: frozenset(),
     Status.EXPIRED: frozenset(),
     Status.CANCELLED: frozenset(),
+    Status.ANSWERED: frozenset(),
 }
 
 
+class RequestKind(models.TextChoices):
+    CONFIRMATION = "confirmation"  # a tool call waiting for approve / reject
+    QUESTION = "question"  # a question waiting for a typed answer (docs/asking.md)
+
+
 class ConfirmationRequest(models.Model):
+    """A request for a human: a tool call to approve or reject, or a question to answer (`kind`).
+
+    Both share one lifecycle (cards, reminders, escalation, expiry, waiting, audit); a question's
+    text is in `reason`, the answer's JSON Schema in `answer_schema`, the answer given in `answer`,
+    and what the agent gets if nobody answers in time in `default_answer`.
+    """
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=12, choices=RequestKind.choices, default=RequestKind.CONFIRMATION)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="confirmations")
     session_id = models.CharField(max_length=200, blank=True)
     tool_name = models.CharField(max_length=200)
@@ -191,6 +206,10 @@ class ConfirmationRequest(models.Model):
     escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
+    # Questions (kind=question): the answer's schema (channels_ext.answers), the answer, the default on expiry.
+    answer_schema = models.JSONField(null=True, blank=True)
+    answer = models.JSONField(null=True, blank=True)
+    default_answer = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -236,7 +255,9 @@ class ApproverResponse(models.Model):
     # A stand-in's answer (docs/approving.md, "Stand-ins"): the person key and name of whom it was given for.
     on_behalf_of = models.CharField(max_length=200, blank=True)
     on_behalf_of_name = models.CharField(max_length=200, blank=True)
-    decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
+    decision = models.CharField(
+        max_length=8, choices=[("approve", "approve"), ("reject", "reject"), ("answer", "answer")]
+    )
     reason = models.TextField(blank=True)
     channel = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -258,6 +279,7 @@ class EventKind(models.TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    ANSWERED = "answered"
     REFUSED_CLICK = "refused_click"
     LATE_CLICK = "late_click"
     REMINDED = "reminded"

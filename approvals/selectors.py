@@ -32,6 +32,7 @@ from approvals.models import (
     OutboxStatus,
     Person,
     PersonIdentity,
+    RequestKind,
     StandIn,
     Status,
     ToolCall,
@@ -128,7 +129,11 @@ def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> Confirmatio
         pk = uuid.UUID(str(confirmation_id))
     except ValueError:
         raise NotFound(f"no confirmation request {confirmation_id!r}") from None
-    confirmation = ConfirmationRequest.objects.select_related("agent", "channel").filter(pk=pk, agent=agent).first()
+    confirmation = (
+        ConfirmationRequest.objects.select_related("agent", "channel")
+        .filter(pk=pk, agent=agent, kind=RequestKind.CONFIRMATION)  # a question is served under /questions/
+        .first()
+    )
     if confirmation is None:
         raise NotFound(f"no confirmation request {confirmation_id}")
     return confirmation
@@ -161,6 +166,51 @@ def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) 
     }
 
 
+def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+    """The API's view of one question (docs/asking.md), from its row or a waiter's state of it.
+
+    `answer` is the answer given (`answered`), or the question's `default_answer` once it expired
+    unanswered (`defaulted: true`); null while pending or once cancelled.
+    """
+    status = question.status
+    defaulted = status == Status.EXPIRED
+    answered = status == Status.ANSWERED
+    return {
+        "id": str(question.pk),
+        "status": status,
+        "question": question.reason,
+        "answer": question.answer if answered else (question.default_answer if defaulted else None),
+        "defaulted": defaulted,
+        "answered_by": question.decided_by if answered else None,
+        "answered_by_name": question.decided_by_name if answered else None,
+        "answered_at": question.decided_at.isoformat() if answered and question.decided_at else None,
+        "reason": question.decision_reason if question.is_final else "",
+        "expires_at": question.expires_at.isoformat() if question.expires_at else None,
+        "url": confirmation_url(question),
+    }
+
+
+def request_as_dict(request: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+    """A request in its own shape: a question's (`question_as_dict`) or a confirmation's."""
+    return question_as_dict(request) if request.kind == RequestKind.QUESTION else confirmation_as_dict(request)
+
+
+def question_for_agent(*, agent: Agent, question_id: Any) -> ConfirmationRequest:
+    """One of this agent's questions. Another agent's id, a confirmation's, or junk, is a 404."""
+    try:
+        pk = uuid.UUID(str(question_id))
+    except ValueError:
+        raise NotFound(f"no question {question_id!r}") from None
+    question = (
+        ConfirmationRequest.objects.select_related("agent", "channel")
+        .filter(pk=pk, agent=agent, kind=RequestKind.QUESTION)
+        .first()
+    )
+    if question is None:
+        raise NotFound(f"no question {question_id}")
+    return question
+
+
 def decider(confirmation: ConfirmationRequest | ConfirmationState) -> str:
     """Who decided, for people: "alice (slack:U0ALICE)" — the name to read, the id to be sure."""
     return actor_label(confirmation.decided_by, confirmation.decided_by_name) or "someone"
@@ -171,6 +221,8 @@ def final_state_sentence(confirmation: ConfirmationRequest) -> str:
     who = decider(confirmation)
     if confirmation.status == Status.APPROVED:
         return f"Already approved by {who}."
+    if confirmation.status == Status.ANSWERED:
+        return f"Already answered by {who}."
     if confirmation.status == Status.REJECTED:
         why = f": {confirmation.decision_reason}" if confirmation.decision_reason else "."
         return f"Already rejected by {who}{why}"
@@ -580,6 +632,9 @@ def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> C
         editable_paths=tuple(confirmation.editable_paths or ()),
         grant_options=tuple(grant_label(option) for option in confirmation.grant_options or ()),
         items=items,
+        kind=confirmation.kind,
+        answer_schema=confirmation.answer_schema,
+        answer=confirmation.answer,
         waiting_for=still_to_answer(confirmation, channel_name=channel_name),
         on_behalf_of=on_behalf_of(confirmation),
     )

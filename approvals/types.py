@@ -110,6 +110,9 @@ class ConfirmationState:
     decided_by_name: str = ""
     arg_edits: dict[str, Any] = dataclasses.field(default_factory=dict)  # {path: value}, over the agent's args
     approved_args: dict[str, Any] | None = None  # the approved arguments as stored (redacted); None if not edited
+    kind: str = "confirmation"  # or "question" (docs/asking.md)
+    answer: Any = None  # a question's answer, once answered
+    default_answer: Any = None  # what a question's agent gets if it expires unanswered
 
     @property
     def edited(self) -> bool:
@@ -142,6 +145,9 @@ class ConfirmationState:
             decided_by_name=row.decided_by_name,
             arg_edits=row.arg_edits or {},
             approved_args=row.approved_args,
+            kind=row.kind,
+            answer=row.answer,
+            default_answer=row.default_answer,
         )
 
     @classmethod
@@ -164,6 +170,9 @@ class ConfirmationState:
             decided_by_name=data.get("decided_by_name") or "",
             arg_edits=data.get("arg_edits") or {},
             approved_args=data.get("approved_args"),
+            kind=data.get("kind") or "confirmation",
+            answer=data.get("answer"),
+            default_answer=data.get("default_answer"),
         )
 
 

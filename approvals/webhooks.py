@@ -23,6 +23,13 @@ def send_decision_webhook(confirmation: ConfirmationRequest) -> None:
     so a receiver can drop a redelivery it has already handled; the timestamp and
     signature are fresh on each attempt, so a retry is never stale.
     """
+    if confirmation.kind == "question":
+        _post(confirmation, {
+            "type": "question.answered",
+            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "question": selectors.question_as_dict(confirmation),
+        })  # fmt: skip
+        return
     tool_call = getattr(confirmation, "tool_call", None)
     answer, masked = selectors.decided_call(confirmation, tool_call)
     payload = {
@@ -39,6 +46,10 @@ def send_decision_webhook(confirmation: ConfirmationRequest) -> None:
         "session_id": confirmation.session_id,
         "tool_call": str(tool_call.pk) if tool_call else None,
     }
+    _post(confirmation, payload)
+
+
+def _post(confirmation: ConfirmationRequest, payload: dict) -> None:
     post_signed(
         confirmation.callback_url,
         payload,

@@ -50,14 +50,24 @@ class ChannelKind:
     # (module, the pinned requirement in requirements-channels.txt). A configured channel whose
     # SDK is missing fails the system check (channels_ext.E003) instead of its first delivery.
     requires: tuple[str, str] | None = None
+    # Its cards can take a question's typed answer (docs/asking.md); a question to a channel of a
+    # kind that cannot is refused when it is asked (400), naming the kind.
+    questions: bool = False
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
     "web": ChannelKind(
-        "channels_ext.web.config.WebChannelConfig", "channels_ext.web.adapter.WebAdapter", draws_itself=True
+        "channels_ext.web.config.WebChannelConfig",
+        "channels_ext.web.adapter.WebAdapter",
+        draws_itself=True,
+        questions=True,
     ),
-    "slack": ChannelKind("channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter"),
-    "feishu": ChannelKind("channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter"),
+    "slack": ChannelKind(
+        "channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter", questions=True
+    ),
+    "feishu": ChannelKind(
+        "channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter", questions=True
+    ),
     "teams": ChannelKind(
         "channels_ext.teams.config.TeamsChannelConfig",
         "channels_ext.teams.adapter.TeamsAdapter",
@@ -80,7 +90,8 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
     ),
 }
 
-Decision = Literal["approve", "reject"]
+# "answer": a question's answer (`Callback.answer`, docs/asking.md).
+Decision = Literal["approve", "reject", "answer"]
 # The prefixes of a channel-qualified approver id (`slack:U0123`): every channel kind, the
 # Django admin, and `agent:` for an agent's own cancel. `gateway` (expiry) has none.
 ACTOR_KINDS = frozenset({*CHANNEL_KINDS, "admin", "agent"})
@@ -219,6 +230,15 @@ class CardView:
     waiting_for: tuple[str, ...] = ()
     # The decision was a stand-in's: the name of the person it was given for ("… on behalf of Alice").
     on_behalf_of: str = ""
+    # A question (docs/asking.md): `reason` is its text, `answer_schema` what the answer must be
+    # (channels_ext.answers), `answer` the answer given once `status` is "answered".
+    kind: str = "confirmation"
+    answer_schema: dict[str, Any] | None = None
+    answer: Any = None
+
+    @property
+    def is_question(self) -> bool:
+        return self.kind == "question"
 
     @property
     def edited(self) -> bool:
@@ -284,6 +304,12 @@ class Callback:
     # by the button (signed) or bound to the drawn card. Only these are decided: a call that joined
     # the turn after the card was drawn stays pending and appears on the redrawn card.
     shown_ids: tuple[str, ...] | None = None
+    # With decision "answer": a question's answer as JSON (read from the card's inputs by
+    # `channels_ext.answers.answer_from_inputs`); the gateway validates it against the question's schema.
+    answer: Any = None
+    # Or the answer as a form's inputs, {field name: text, list or bool}: the gateway reads them with the
+    # question's schema (`answers.answer_from_inputs`), for a channel whose click carries no schema.
+    answer_inputs: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +321,7 @@ class DecisionOutcome:
     # | edit_refused (an edit not allowed, not of the value's type, or refused by the agent's hooks) | grant_refused
     # | stale_card (a whole-turn click that names no calls: the card is redrawn)
     # | not_on_card (a whole-turn click naming calls its turn's card does not show)
+    # | answer_refused (a question's answer that does not fit its schema) | not_a_question / is_a_question
     code: str
     message: str  # one sentence for the clicker
     card: CardView | None  # current state to redraw (None for not_found)
@@ -416,6 +443,16 @@ def draws_itself(kind: str) -> bool:
 def self_drawing_kinds() -> list[str]:
     """The kinds whose card is the gateway's own page (`ChannelKind.draws_itself`), sorted."""
     return sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.draws_itself)
+
+
+def asks_questions(kind: str) -> bool:
+    """Whether a kind's cards take a question's answer (`ChannelKind.questions`)."""
+    return _kind(kind).questions
+
+
+def question_kinds() -> list[str]:
+    """The kinds whose cards take a question's answer, sorted."""
+    return sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.questions)
 
 
 def has_turn_cards(kind: str) -> bool:

@@ -1,5 +1,5 @@
 """ASGI entry point `gateway.asgi:application`: HTTP (Django behind the thin
-waiting layer) and WebSocket (Channels)."""
+waiting layer, and the MCP endpoint `/mcp`) and WebSocket (Channels)."""
 
 import os
 
@@ -20,11 +20,12 @@ apply_startup_config()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.api.asgi import AgentApiMiddleware  # noqa: E402
+from approvals.api.mcp import McpEndpoint  # noqa: E402
 from gateway.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": AgentApiMiddleware(django_asgi_app),
+        "http": AgentApiMiddleware(McpEndpoint(django_asgi_app)),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

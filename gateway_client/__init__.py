@@ -1,7 +1,8 @@
 """Agent-side client of the approval gateway (docs/reference/client.md). Needs only httpx (and tenacity).
 
 - `GatewayClient` / `AsyncGatewayClient`: the agent API; `pre_tool_use(...)`
-  returns the final `Decision`, waiting for a human as needed.
+  returns the final `Decision`, waiting for a human as needed; `ask(...)` asks a
+  human a question and returns the typed answer (docs/asking.md).
 - `requires_approval`: a decorator that gates any function as a tool.
 - `ToolGate`: one tool call through the gateway (ask, run with the answered
   arguments, report), the engine of the integrations below.
@@ -16,6 +17,7 @@ See docs/agent-client.md and docs/integrations/.
 
 from gateway_client.client import (
     AlreadyDecided,
+    Answer,
     AsyncGatewayClient,
     Conflict,
     Decision,
@@ -26,6 +28,7 @@ from gateway_client.client import (
     GatewayUnavailable,
     IdempotencyKeyReused,
     InvalidRequest,
+    NoAnswer,
     NotFound,
     ServerError,
     ToolDenied,
@@ -36,6 +39,8 @@ from gateway_client.gating import GateResult, ToolGate, ToolRunAborted
 
 __all__ = [
     "AlreadyDecided",
+    "Answer",
+    "NoAnswer",
     "AsyncGatewayClient",
     "Conflict",
     "Decision",

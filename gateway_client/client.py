@@ -123,6 +123,15 @@ class ServerError(GatewayAPIError):
     """5xx. Retried like a network error; raised as `GatewayUnavailable` when it persists."""
 
 
+class NoAnswer(GatewayClientError):
+    """A question ended without an answer to return: expired with no default, cancelled, undeliverable,
+    still pending at the deadline, or the gateway could not be reached. `answer` says what is known."""
+
+    def __init__(self, answer: Answer):
+        super().__init__(answer.reason or f"the question ended {answer.status} without an answer")
+        self.answer = answer
+
+
 class ToolDenied(GatewayClientError):
     """A gated tool was refused (raised by `requires_approval`). Carries the reason and the request id."""
 
@@ -216,6 +225,38 @@ class Decision:
 
 
 # --------------------------------------------------------------------------- requests as data
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """A question's outcome (docs/asking.md): `value` is the answer, typed as the schema says."""
+
+    question_id: str | None
+    status: str  # answered | expired | cancelled | rejected | pending (still, at the deadline) | unreachable
+    value: Any = None  # the answer given, or the default once expired (`defaulted`)
+    defaulted: bool = False
+    answered_by: str | None = None  # channel-qualified: slack:U…, feishu:ou_…, web:<user>
+    answered_by_name: str | None = None
+    reason: str = ""
+    url: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        """There is a value to use: a person's answer, or the default at expiry."""
+        return self.status == "answered" or (self.defaulted and self.value is not None)
+
+    @classmethod
+    def from_question(cls, question: dict[str, Any]) -> Answer:
+        return cls(
+            question_id=question.get("id"),
+            status=question.get("status", ""),
+            value=question.get("answer"),
+            defaulted=bool(question.get("defaulted")),
+            answered_by=question.get("answered_by"),
+            answered_by_name=question.get("answered_by_name"),
+            reason=question.get("reason") or "",
+            url=question.get("url"),
+        )
+
 
 # Each operation is written once, as a generator that yields the HTTP calls it
 # needs and receives their parsed JSON answers (or has the error thrown in).
@@ -344,6 +385,47 @@ class _PreToolUse:
             idempotency_key=self.body["idempotency_key"],
             unreachable=True,
         )
+
+
+class _Ask:
+    """The waiting logic of `ask`: ask (held), then long-poll the question until it is final."""
+
+    def __init__(self, *, body: dict[str, Any], deadline: float | None, long_poll: float, base_url: str):
+        self.body = body
+        self.deadline = deadline
+        self.long_poll = long_poll
+        self.base_url = base_url
+
+    def _hold(self) -> float | None:
+        if self.deadline is None:
+            return self.long_poll
+        remaining = self.deadline - time.monotonic()
+        return min(self.long_poll, remaining) if remaining > 0 else None
+
+    def flow(self) -> _Flow:
+        question: dict[str, Any] | None = None
+        try:
+            hold = int(self._hold() or 0)
+            # Not resent after a lost response: a second POST would ask a second question.
+            question = yield _Call("POST", f"{API_PREFIX}/questions", json={**self.body, "wait_seconds": hold}, hold=hold)
+            while question["status"] == "pending":
+                hold = self._hold()
+                if hold is None:
+                    answer = Answer.from_question(question)
+                    return dataclasses.replace(
+                        answer, reason=f"question {question['id']} is still pending at the deadline; nobody answered yet"
+                    )
+                question = yield _Call(
+                    "GET", f"{API_PREFIX}/questions/{question['id']}/wait", params={"timeout": round(hold, 3)},
+                    hold=hold, resend=True,
+                )  # fmt: skip
+        except GatewayUnavailable as exc:
+            return Answer(
+                question_id=(question or {}).get("id"),
+                status="unreachable",
+                reason=f"the gateway at {self.base_url} could not be reached ({exc})",
+            )
+        return Answer.from_question(question)
 
 
 # --------------------------------------------------------------------------- retries
@@ -515,6 +597,41 @@ class _BaseClient(Generic[_D, _R]):
         )
         return self._drive(waiting.flow(), deadline)
 
+    # -- questions (docs/asking.md) -------------------------------------------------
+
+    def ask_question(
+        self,
+        question: str,
+        answer_schema: dict[str, Any],
+        *,
+        channel: str | None = None,
+        gate: str | None = None,
+        approvers: list[str] | None = None,
+        timeout_seconds: int | None = None,
+        default_answer: Any = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        callback_url: str | None = None,
+        max_wait: float | None = None,
+    ) -> Any:
+        """Ask a human `question`, to be answered as `answer_schema` says; the `Answer` once it is final
+        (or still pending after `max_wait` seconds, default: the client's). Raises `GatewayAPIError`
+        for a question the gateway refuses (a 400 says why)."""
+        body = _drop_none(
+            question=question, answer_schema=answer_schema, channel=channel, gate=gate, approvers=approvers,
+            timeout_seconds=timeout_seconds, default_answer=default_answer, session_id=session_id,
+            user_id=user_id, metadata=metadata, callback_url=callback_url,
+        )  # fmt: skip
+        limit = max_wait if max_wait is not None else self.max_wait
+        deadline = time.monotonic() + limit if limit is not None else None
+        flow = _Ask(body=body, deadline=deadline, long_poll=self.long_poll, base_url=self.base_url).flow()
+        return self._drive(flow, deadline)
+
+    def get_question(self, question_id: str) -> _D:
+        """The question as the gateway holds it (`docs/asking.md`)."""
+        return self._drive(_single(_Call("GET", f"{API_PREFIX}/questions/{question_id}", resend=True)))
+
     # -- the other lifecycle events (thin: the parsed answer) ----------------------
 
     def _event(self, slug: str, body: dict[str, Any]) -> _D:
@@ -661,6 +778,18 @@ class GatewayClient(_BaseClient[dict[str, Any], Decision]):
         except StopIteration as done:
             return done.value
 
+    def ask(self, question: str, answer_schema: dict[str, Any], **options: Any) -> Any:
+        """Ask a human and return the typed answer (or the default, if it expired with one).
+
+        Raises `NoAnswer` when there is none to return (expired without a default, cancelled,
+        still pending at `max_wait`, the gateway unreachable); `ask_question` returns the `Answer`
+        instead. Options as `ask_question`'s.
+        """
+        answer = self.ask_question(question, answer_schema, **options)
+        if not answer.answered:
+            raise NoAnswer(answer)
+        return answer.value
+
     def close(self) -> None:
         self._http.close()
 
@@ -698,6 +827,13 @@ class AsyncGatewayClient(_BaseClient[Awaitable[dict[str, Any]], Awaitable[Decisi
                     call = flow.send(answer)
         except StopIteration as done:
             return done.value
+
+    async def ask(self, question: str, answer_schema: dict[str, Any], **options: Any) -> Any:
+        """As `GatewayClient.ask`, awaited."""
+        answer = await self.ask_question(question, answer_schema, **options)
+        if not answer.answered:
+            raise NoAnswer(answer)
+        return answer.value
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -38,19 +38,23 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, NotRequired
 
+from gateway_client.asking import TOOL_NAME, HumanAsker, describe, params_schema
 from gateway_client.client import AsyncGatewayClient, GatewayClient
 from gateway_client.gating import GateResult, ToolGate, ToolRunAborted, result_text
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState
     from langchain.agents.middleware.types import PrivateStateAttr
+    from langchain.tools import ToolRuntime
     from langchain_core.messages import ToolMessage
+    from langchain_core.tools import StructuredTool
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("gateway_client.langchain needs LangChain v1: pip install 'langchain>=1,<2'") from exc
 
-__all__ = ["GatewayMiddleware", "ToolRunAborted"]
+__all__ = ["GatewayMiddleware", "ToolRunAborted", "ask_human_tool"]
+ASKS_HUMAN = "gateway_asks_human"  # a tool's metadata key: asking a person is not a call to gate
 
 SessionId = str | Callable[[ToolCallRequest], str] | None
 RUN_SESSION = "gateway_session_id"  # the state key naming the session of the current run
@@ -111,7 +115,7 @@ class GatewayMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
-        if not self._gated(call):
+        if not self._gated(call) or _asks_human(request):
             return handler(request)
         if not isinstance(self.gate.client, GatewayClient):
             raise TypeError(
@@ -136,7 +140,7 @@ class GatewayMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
-        if not self._gated(call):
+        if not self._gated(call) or _asks_human(request):
             return await handler(request)
         arguments = dict(call.get("args") or {})
         result = await self.gate.acall(
@@ -165,6 +169,29 @@ class GatewayMiddleware(AgentMiddleware):
         state = request.state
         run = state.get(RUN_SESSION) if isinstance(state, dict) else getattr(state, RUN_SESSION, None)
         return run or None  # None (a tool node run outside `create_agent`): the gate's own session
+
+
+def _run_session(runtime: Any) -> str | None:
+    """The session of the run a tool is called in: the LangGraph thread, else the run's (the
+    middleware's, or one named by the run's first message)."""
+    config = getattr(runtime, "config", None) or {}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread:
+        return f"langgraph-{thread}"
+    state = getattr(runtime, "state", None) or {}
+    if isinstance(state, dict):
+        if state.get(RUN_SESSION):
+            return state[RUN_SESSION]
+        messages = state.get("messages") or []
+        first = getattr(messages[0], "id", None) if messages else None
+        if first:
+            return f"langchain-{first}"
+    return None
+
+
+def _asks_human(request: ToolCallRequest) -> bool:
+    """An `ask_human_tool`: asking a person is not a tool call to gate."""
+    return bool((getattr(request.tool, "metadata", None) or {}).get(ASKS_HUMAN))
 
 
 def _with_args(request: ToolCallRequest, asked: dict[str, Any], answered: dict[str, Any]) -> ToolCallRequest:
@@ -204,3 +231,38 @@ def _answer(request: ToolCallRequest, result: GateResult) -> ToolMessage | Comma
             raise result.exception
         return result.value
     return ToolMessage(content=result.message, tool_call_id=call.get("id"), name=call.get("name"), status="error")
+
+
+def ask_human_tool(
+    client: GatewayClient | AsyncGatewayClient,
+    *,
+    name: str = TOOL_NAME,
+    answer_schema: dict[str, Any] | None = None,
+    session_id: str | None = None,
+    **where: Any,
+) -> StructuredTool:
+    """A LangChain tool the model calls to ask a person and wait for the answer (docs/asking.md).
+
+    Without `answer_schema` the model gives a question and, optionally, choices (free text without);
+    with one (a form, say) it gives only the question. `where`: `channel`, `gate`, `approvers`,
+    `timeout_seconds`, `default_answer`, `user_id`, `metadata`, `max_wait` (as `GatewayClient.ask`).
+    A `GatewayClient` serves sync and async runs, an `AsyncGatewayClient` async ones. `GatewayMiddleware`
+    does not gate it (its metadata says it asks a human). The model gets the answer as JSON, or why there
+    is none.
+    """
+    asker = HumanAsker(client, answer_schema=answer_schema, **where)
+
+    def ask_human(runtime: ToolRuntime, **arguments: Any) -> str:
+        return asker.ask(arguments, session_id=session_id or _run_session(runtime))
+
+    async def aask_human(runtime: ToolRuntime, **arguments: Any) -> str:
+        return await asker.aask(arguments, session_id=session_id or _run_session(runtime))
+
+    return StructuredTool.from_function(
+        func=ask_human if isinstance(client, GatewayClient) else None,
+        coroutine=aask_human,
+        name=name,
+        description=describe(answer_schema),
+        args_schema=params_schema(answer_schema),
+        metadata={ASKS_HUMAN: True},
+    )

@@ -39,6 +39,16 @@ When the client closes stdin, held calls are withdrawn, the upstream is stopped
 ended with a DELETE) and the proxy exits 0. When the upstream goes (its process
 exits, or an HTTP upstream says the session is gone) the proxy exits 1.
 
+With `--ask-human` the proxy also offers the tool `ask_human` beside the
+upstream's (added to each `tools/list` answer): a call asks a person through the
+gateway (a question, docs/asking.md) and answers with what they said; it never
+reaches the upstream. With `--elicitation gateway` an upstream's
+`elicitation/create` request (a form) is not passed to the client, which may
+have no person at the keyboard: the proxy asks it as a question through the
+gateway and answers the upstream `accept` with the person's answer (`decline`
+when nobody answered or the form cannot be asked as a question; URL-mode
+elicitation too). `--elicitation client` (the default) passes it through.
+
 Configuration: `GATEWAY_URL` and `GATEWAY_API_KEY` (or `--url`, `--api-key`),
 `GATEWAY_USER_ID` (`--user-id`). The upstream command inherits the proxy's
 environment without `GATEWAY_API_KEY`. See docs/integrations/mcp-proxy.md.
@@ -65,7 +75,8 @@ import anyio.from_thread
 import anyio.lowlevel
 from pydantic import BaseModel, ValidationError
 
-from gateway_client.client import AsyncGatewayClient
+from gateway_client.asking import TOOL_NAME as ASK_HUMAN, HumanAsker, describe, params_schema
+from gateway_client.client import AsyncGatewayClient, NoAnswer
 from gateway_client.gating import GateResult, ToolGate, result_text
 
 try:
@@ -82,6 +93,7 @@ try:
     )
     from mcp.shared.message import ClientMessageMetadata, SessionMessage
     from mcp_types import (  # the MCP SDK's protocol types (`mcp.types` re-exports them)
+        CLIENT_CAPABILITIES_META_KEY,
         INVALID_REQUEST,
         PARSE_ERROR,
         PROTOCOL_VERSION_META_KEY,
@@ -395,7 +407,14 @@ class McpGatewayProxy:
         progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
         stamp: HttpStamp | None = None,
         session_watch: SessionWatch | None = None,
+        asker: HumanAsker | None = None,
+        elicitation: str = "client",
+        offers_ask_human: bool = False,
     ):
+        self.asker = asker  # where questions go (--ask-human, --elicitation gateway)
+        self.offers_ask_human = offers_ask_human  # --ask-human: the ask_human tool, answered here
+        self.elicitation = elicitation  # "gateway": the upstream's elicitation/create asked as a question
+        self.listing: set[Any] = set()  # ids of tools/list requests whose answers get ask_human
         self.name = name
         self.gate = gate
         self.max_wait = max_wait
@@ -413,6 +432,7 @@ class McpGatewayProxy:
         closed = "client"
         watch = self.session_watch
         async with anyio.create_task_group() as tg:
+            self._task_group = tg
 
             async def from_upstream() -> None:
                 nonlocal closed
@@ -446,6 +466,19 @@ class McpGatewayProxy:
 
     async def _from_client(self, item: SessionMessage, tg: Any) -> None:
         message = item.message
+        if isinstance(message, JSONRPCRequest) and self.elicitation == "gateway" and message.method == "initialize":
+            # The upstream may elicit though the client cannot: the gateway answers (up to 2025-11-25).
+            params = dict(message.params or {})
+            params["capabilities"] = with_form_elicitation(params.get("capabilities"))
+            message = JSONRPCRequest(jsonrpc="2.0", id=message.id, method=message.method, params=params)
+        if isinstance(message, JSONRPCRequest) and self.offers_ask_human:
+            if message.method == "tools/list":
+                self.listing.add(message.id)
+            elif message.method == "tools/call" and (message.params or {}).get("name") == ASK_HUMAN:
+                call = HeldCall(message)
+                self.calls[message.id] = call
+                tg.start_soon(self._ask_human, call)
+                return
         if isinstance(message, JSONRPCRequest) and message.method == "tools/call":
             call = HeldCall(message)
             self.calls[message.id] = call
@@ -479,6 +512,18 @@ class McpGatewayProxy:
             if watch is not None and watch.ended.is_set() and getattr(message, "id", None) == watch.answer_id:
                 await self._to_client(message)  # the request that found the session gone gets that answer
                 return
+            if isinstance(message, JSONRPCResponse) and message.id in self.listing:
+                self.listing.discard(message.id)
+                message = with_ask_human(message)
+            if isinstance(message, JSONRPCError) and message.id in self.listing:
+                self.listing.discard(message.id)
+            if (
+                self.elicitation == "gateway"
+                and isinstance(message, JSONRPCRequest)
+                and message.method == "elicitation/create"
+            ):
+                self._task_group.start_soon(self._elicit, message)  # answered in its own task: the pump goes on
+                continue
             if isinstance(message, JSONRPCResponse | JSONRPCError):
                 call = self.calls.get(message.id)
                 if call is not None and call.forwarded and not call.answered.is_set():
@@ -525,6 +570,61 @@ class McpGatewayProxy:
         finally:
             self.calls.pop(call.request.id, None)
 
+    async def _ask_human(self, call: HeldCall) -> None:
+        """--ask-human: the tool is answered here, by a person through the gateway (docs/asking.md)."""
+        assert self.asker is not None
+        arguments = call.params.get("arguments") or {}
+        try:
+            with call.scope:
+                if not isinstance(arguments, dict) or not str(arguments.get("question") or "").strip():
+                    await self._answer(call, text_result("ask_human needs a question", is_error=True))
+                    return
+                output = await self.asker.aask(arguments, session_id=self.gate.session_id)
+                await self._answer(call, text_result(output, is_error=output.startswith("No answer")))
+        except Exception as exc:
+            logger.exception("ask_human failed")
+            with contextlib.suppress(Exception):
+                await self._answer(call, text_result(f"ask_human failed: {exc}", is_error=True))
+        finally:
+            self.calls.pop(call.request.id, None)
+
+    async def _elicit(self, request: JSONRPCRequest) -> None:
+        """--elicitation gateway, up to 2025-11-25: the upstream's `elicitation/create` request answered here."""
+        result = await self._elicitation_answer(request.params or {})
+        await self._to_upstream(JSONRPCResponse(jsonrpc="2.0", id=request.id, result=result))
+
+    async def _elicitation_answer(self, params: dict[str, Any]) -> dict[str, Any]:
+        """An elicitation's form asked of a person as a question (docs/asking.md): `accept` with their answer,
+        `decline` when nobody answered or it cannot be asked as a question, `cancel` when it was withdrawn."""
+        try:
+            schema = elicitation_schema(params)
+            if schema is None:
+                logger.warning("an elicitation the gateway cannot ask as a question (mode %s): declined", params.get("mode"))
+                return {"action": "decline"}
+            question = str(params.get("message") or "The tool needs your input.")
+            where = self.asker.options if self.asker is not None else {}
+            try:
+                value = await self.gate.client.ask(
+                    question, schema, session_id=self.gate.session_id, max_wait=self.max_wait,
+                    channel=where.get("channel"), user_id=where.get("user_id"),
+                )  # fmt: skip
+            except NoAnswer as exc:
+                return {"action": "cancel" if exc.answer.status == "cancelled" else "decline"}
+            return {"action": "accept", "content": value}
+        except Exception:
+            logger.exception("the elicitation could not be asked through the gateway: declined")
+            return {"action": "decline"}
+
+    async def _input_responses(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """--elicitation gateway, 2026-07-28: the answers to an `InputRequiredResult`'s elicitations, keyed as
+        its `inputRequests`; None if it asks for anything else (sampling, roots: the client's business)."""
+        requests = result.get("inputRequests") or {}
+        if not isinstance(requests, dict) or not requests:
+            return None
+        if any(not isinstance(r, dict) or r.get("method") != "elicitation/create" for r in requests.values()):
+            return None
+        return {key: await self._elicitation_answer(r.get("params") or {}) for key, r in requests.items()}
+
     def _on_pending(self, call: HeldCall, answer: dict[str, Any]) -> None:
         call.confirmation_id = answer.get("confirmation_id")
         call.pending.set()
@@ -547,13 +647,37 @@ class McpGatewayProxy:
         call.answered = anyio.Event()
         call.upstream_answer = None
         call.forwarded = True
-        request = JSONRPCRequest(
-            jsonrpc="2.0", id=call.request.id, method="tools/call", params={**call.params, "arguments": arguments}
-        )
+        params = {**call.params, "arguments": arguments}
+        if self.elicitation == "gateway" and isinstance(params.get("_meta"), dict):
+            # 2026-07-28: capabilities ride on each request; the gateway answers elicitations the client cannot.
+            meta = dict(params["_meta"])
+            if CLIENT_CAPABILITIES_META_KEY in meta:
+                meta[CLIENT_CAPABILITIES_META_KEY] = with_form_elicitation(meta[CLIENT_CAPABILITIES_META_KEY])
+                params["_meta"] = meta
+        request = JSONRPCRequest(jsonrpc="2.0", id=call.request.id, method="tools/call", params=params)
         await self._to_upstream(request)
         await call.answered.wait()
         assert call.upstream_answer is not None
-        return call.upstream_answer
+        answer = call.upstream_answer
+        # --elicitation gateway: the upstream needs input (2026-07-28): a person gives it, the call is retried.
+        while (
+            self.elicitation == "gateway"
+            and isinstance(answer, JSONRPCResponse)
+            and (answer.result or {}).get("resultType") == "input_required"
+        ):
+            responses = await self._input_responses(answer.result or {})
+            if responses is None:
+                break  # not only elicitations: the client answers them
+            retry = {**params, "inputResponses": responses}
+            if (answer.result or {}).get("requestState") is not None:
+                retry["requestState"] = answer.result["requestState"]
+            call.answered = anyio.Event()
+            call.upstream_answer = None
+            await self._to_upstream(JSONRPCRequest(jsonrpc="2.0", id=call.request.id, method="tools/call", params=retry))
+            await call.answered.wait()
+            assert call.upstream_answer is not None
+            answer = call.upstream_answer
+        return answer
 
     def _response(self, call: HeldCall, outcome: GateResult) -> JSONRPCResponse | JSONRPCError:
         """What the client gets for a gated call."""
@@ -572,6 +696,75 @@ class McpGatewayProxy:
         if isinstance(response, dict):
             response = JSONRPCResponse(jsonrpc="2.0", id=call.request.id, result=response)
         await self._to_client(response)
+
+
+# --------------------------------------------------------------------------- asking a human
+
+
+def with_ask_human(message: JSONRPCResponse) -> JSONRPCResponse:
+    """A `tools/list` answer with the `ask_human` tool added (once, last)."""
+    result = dict(message.result or {})
+    tools = list(result.get("tools") or [])
+    if not any(isinstance(t, dict) and t.get("name") == ASK_HUMAN for t in tools):
+        tools.append({"name": ASK_HUMAN, "description": describe(None), "inputSchema": params_schema(None)})
+    return JSONRPCResponse(jsonrpc="2.0", id=message.id, result={**result, "tools": tools})
+
+
+_ELICIT_MAX_FIELDS = 8
+
+
+def with_form_elicitation(capabilities: Any) -> dict[str, Any]:
+    """Client capabilities that declare form elicitation (what --elicitation gateway answers)."""
+    declared = dict(capabilities) if isinstance(capabilities, dict) else {}
+    elicitation = dict(declared.get("elicitation") or {})
+    elicitation.setdefault("form", {})
+    declared["elicitation"] = elicitation
+    return declared
+
+
+def elicitation_schema(params: dict[str, Any]) -> dict[str, Any] | None:
+    """An `elicitation/create` form as a question's answer schema (docs/asking.md); None if it cannot be one
+    (URL mode, more than 8 fields, a field of another shape)."""
+    if params.get("mode", "form") != "form":
+        return None
+    requested = params.get("requestedSchema") or {}
+    properties = requested.get("properties") or {}
+    if not isinstance(properties, dict) or not 0 < len(properties) <= _ELICIT_MAX_FIELDS:
+        return None
+    fields: dict[str, Any] = {}
+    for name, prop in properties.items():
+        field = _elicit_field(prop) if isinstance(prop, dict) else None
+        if field is None or not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$", name):
+            return None
+        fields[name] = field
+    required = [n for n in requested.get("required") or [] if n in fields]
+    return {"type": "object", "properties": fields, "required": required}
+
+
+def _elicit_field(prop: dict[str, Any]) -> dict[str, Any] | None:
+    titled = {k: str(prop[k])[:200 if k == "title" else 1000] for k in ("title", "description") if prop.get(k)}
+    kind = prop.get("type")
+    options = prop.get("enum") or [o.get("const") for o in prop.get("oneOf") or [] if isinstance(o, dict)]
+    if kind == "string" and options:
+        return {"type": "string", "enum": [str(o) for o in options], **titled}
+    if kind == "string":
+        limit = min(int(prop.get("maxLength") or 2000), 3000)
+        field = {"type": "string", "maxLength": limit, **titled}
+        if prop.get("minLength"):
+            field["minLength"] = min(int(prop["minLength"]), limit)
+        return field
+    if kind in ("number", "integer"):
+        bounds = {k: prop[k] for k in ("minimum", "maximum") if isinstance(prop.get(k), int | float)}
+        return {"type": kind, **bounds, **titled}
+    if kind == "boolean":
+        return {"type": "boolean", **titled}
+    if kind == "array":
+        items = prop.get("items") or {}
+        choices = items.get("enum") or [o.get("const") for o in items.get("anyOf") or [] if isinstance(o, dict)]
+        if choices:
+            return {"type": "array", "items": {"type": "string", "enum": [str(c) for c in choices]}, "uniqueItems": True,
+                    **{k: prop[k] for k in ("minItems", "maxItems") if isinstance(prop.get(k), int)}, **titled}  # fmt: skip
+    return None
 
 
 # --------------------------------------------------------------------------- running it
@@ -628,6 +821,13 @@ async def run(args: argparse.Namespace) -> int:
         progress_interval=args.progress_interval,
         stamp=HttpStamp() if args.upstream_url else None,
         session_watch=session_watch,
+        asker=(
+            HumanAsker(gateway, channel=args.ask_channel, user_id=args.user_id, max_wait=args.max_wait)
+            if args.ask_human or args.elicitation == "gateway"
+            else None
+        ),
+        elicitation=args.elicitation,
+        offers_ask_human=args.ask_human,
     )
     async with gateway:
         async with upstream_streams(args, session_watch) as (upstream_read, upstream_write):
@@ -689,6 +889,21 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="'NAME: VALUE'",
         help="an HTTP header for --upstream-url (repeatable), e.g. 'Authorization: Bearer …'",
+    )
+    parser.add_argument(
+        "--ask-human",
+        action="store_true",
+        help="offer the tool ask_human beside the upstream's: a person answers through the gateway (docs/asking.md)",
+    )
+    parser.add_argument(
+        "--ask-channel",
+        help="the gateway channel that asks (ask_human and --elicitation gateway); default: the agent's first gate's",
+    )
+    parser.add_argument(
+        "--elicitation",
+        choices=["client", "gateway"],
+        default="client",
+        help="the upstream's elicitation/create: pass it to the client (default), or ask a person through the gateway",
     )
     parser.add_argument("--log-level", default="WARNING", help="log level on stderr (default WARNING)")
     args = parser.parse_args(argv)

@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gateway_client.asking import TOOL_NAME, HumanAsker, describe, params_schema
 from gateway_client.client import AsyncGatewayClient, GatewayClient
 from gateway_client.gating import ToolGate, ToolRunAborted, result_text
 
@@ -53,7 +54,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("gateway_client.openai_agents needs the OpenAI Agents SDK: pip install openai-agents") from exc
 
-__all__ = ["ToolRunAborted", "gate_agent", "gate_tool", "tool_gate"]
+__all__ = ["ToolRunAborted", "ask_human_tool", "gate_agent", "gate_tool", "tool_gate"]
 
 SessionId = str | Callable[[ToolContext[Any]], str] | None
 
@@ -98,7 +99,7 @@ def gate_agent(
     only = set(tools) if tools is not None else None
     gated = [
         gate_tool(tool, gate, name=f"{tool_prefix}{tool.name}", session_id=session_id)
-        if isinstance(tool, FunctionTool) and (only is None or tool.name in only)
+        if isinstance(tool, FunctionTool) and (only is None or tool.name in only) and tool.on_invoke_tool not in _ASKING_TOOLS
         else tool
         for tool in agent.tools
     ]
@@ -159,6 +160,49 @@ def gate_tool(
     gated = copy.copy(tool)
     gated.on_invoke_tool = on_invoke_tool
     return gated
+
+
+# The invokers of the ask_human tools made here: asking a person is not a call to gate (gate_agent
+# leaves those tools as they are). FunctionTool is not hashable; its invoker is.
+_ASKING_TOOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def ask_human_tool(
+    client: GatewayClient | AsyncGatewayClient,
+    *,
+    name: str = TOOL_NAME,
+    answer_schema: dict[str, Any] | None = None,
+    session_id: SessionId = None,
+    **where: Any,
+) -> FunctionTool:
+    """A tool the model calls to ask a person and wait for the answer (docs/asking.md).
+
+    Without `answer_schema` the model gives a question and, optionally, choices (free text without);
+    with one (a form, say) it gives only the question. `where`: `channel`, `gate`, `approvers`,
+    `timeout_seconds`, `default_answer`, `user_id`, `metadata`, `max_wait` (as `GatewayClient.ask`).
+    The session is `gate_agent`'s (by default the run's). The model gets the answer as JSON, or why there
+    is none.
+    """
+    asker = HumanAsker(client, answer_schema=answer_schema, **where)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], input_json: str) -> str:
+        try:
+            arguments = json.loads(input_json) if input_json else {}
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict) or not arguments.get("question"):
+            return "No answer: ask_human needs a question"
+        return await asker.aask(arguments, session_id=_session(ctx, session_id))
+
+    tool = FunctionTool(
+        name=name,
+        description=describe(answer_schema),
+        params_json_schema=params_schema(answer_schema),
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=True,
+    )
+    _ASKING_TOOLS.add(on_invoke_tool)
+    return tool
 
 
 def _session(ctx: ToolContext[Any], session_id: SessionId) -> str | None:

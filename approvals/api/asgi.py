@@ -60,7 +60,8 @@ from hooks.state import session_changed
 logger = logging.getLogger("approvals.api")
 R = TypeVar("R")
 
-WAIT_PATH = re.compile(r"^/api/v1/confirmations/(?P<id>[^/]+)/wait/?$")
+WAIT_PATH = re.compile(r"^/api/v1/(?P<what>confirmations|questions)/(?P<id>[^/]+)/wait/?$")
+QUESTIONS_PATH = re.compile(r"^/api/v1/questions/?$")
 CLAUDE_CODE_PATH = re.compile(r"^/api/v1/claude-code/hooks/?$")
 PRE_TOOL_USE_PATH = re.compile(r"^/api/v1/hooks/pre-tool-use/?$")
 API_PREFIX = "/api/"
@@ -152,10 +153,13 @@ class AgentApiMiddleware:
         receive = bounded_receive(receive, settings.GATEWAY_MAX_BODY_BYTES)
         path, method = scope["path"], scope["method"]
         match = WAIT_PATH.match(path) if method == "GET" else None
-        if match or (method == "POST" and PRE_TOOL_USE_PATH.match(path)):
+        asking = method == "POST" and QUESTIONS_PATH.match(path)
+        if match or asking or (method == "POST" and PRE_TOOL_USE_PATH.match(path)):
             try:
                 if match:
-                    return await self._wait(scope, send, match.group("id"))
+                    return await self._wait(scope, send, match.group("id"), question=match.group("what") == "questions")
+                if asking:
+                    return await self._ask(scope, receive, send)
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
                 return await _send_refusal(send, exc, scope)
@@ -170,17 +174,18 @@ class AgentApiMiddleware:
         except PayloadTooLarge as exc:  # Django reads the whole body before anything else: nothing was sent
             return await _send_refusal(send, exc, scope)
 
-    async def _wait(self, scope, send, raw_id: str) -> None:
+    async def _wait(self, scope, send, raw_id: str, *, question: bool = False) -> None:
         raw_key = bearer_token(_header(scope, b"authorization"))
         if not raw_key:
             return await _send_json(send, 401, error_body("unauthorized", "missing 'Authorization: Bearer <api key>'"))
         agent_id = await agent_id_for_key(raw_key)
         if agent_id is None:
             return await _send_json(send, 401, error_body("unauthorized", "unknown or revoked API key"))
+        what = "question" if question else "confirmation request"
         try:
             confirmation_id = uuid.UUID(raw_id)
         except ValueError:
-            return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id!r}"))
+            return await _send_json(send, 404, error_body("not_found", f"no {what} {raw_id!r}"))
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         try:
             timeout = parse_timeout((query.get("timeout") or [None])[0])
@@ -193,10 +198,32 @@ class AgentApiMiddleware:
             attributes={"gateway.confirmation.id": str(confirmation_id)},
         ):
             confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
-        if confirmation is None:
-            return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id}"))
+        if confirmation is None or (confirmation.kind == "question") != question:
+            return await _send_json(send, 404, error_body("not_found", f"no {what} {raw_id}"))
         # Built from the state the waiter has: no query, so it runs on the event loop.
-        await _send_json(send, 200, selectors.confirmation_as_dict(confirmation))
+        as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
+        await _send_json(send, 200, as_dict(confirmation))
+
+    async def _ask(self, scope, receive, send) -> None:
+        """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is
+        then held here, as a coroutine, until the question is final or the time is up (docs/asking.md)."""
+        body = await _read_body(receive)
+        wait_seconds = _wait_seconds_of(body)
+        replay = _replay_receive(body)
+        if not wait_seconds:
+            return await self.app(scope, replay, send)
+        captured = _CapturedResponse()
+        await self.app(scope, replay, captured.send)
+        answer = captured.json()
+        if captured.status != 201 or answer is None or answer.get("status") != "pending":
+            return await captured.forward(send)
+        agent_id = await agent_id_for_key(bearer_token(_header(scope, b"authorization")))
+        if agent_id is None:
+            return await captured.forward(send)
+        state = await wait_for_final(confirmation_id=answer["id"], agent_id=agent_id, timeout=wait_seconds)
+        if state is None or not state.is_final:
+            return await captured.forward(send)
+        await _send_json(send, 201, selectors.question_as_dict(state))
 
     async def _pre_tool_use(self, scope, receive, send) -> None:
         body = await _read_body(receive)

@@ -177,6 +177,9 @@ BODY_METHODS = ("post", "put", "patch")
 # when nothing was asked). Only pre-tool-use links to them: it is where a request comes from.
 ASK_OPERATION = "hooks_pre_tool_use_create"
 CONFIRMATION_OPERATIONS = ("confirmations_retrieve", "confirmations_wait_retrieve", "confirmations_cancel_create")
+# The operations on one question, which the question's creation answers with (`id`).
+QUESTION_OPERATION = "questions_create"
+QUESTION_OPERATIONS = ("questions_retrieve", "questions_wait_retrieve", "questions_cancel_create")
 
 
 def api_wide_answers(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -198,5 +201,14 @@ def api_wide_answers(result: dict[str, Any], generator: Any, request: Any, publi
                         "description": "The confirmation request this answer names (when it is `pending`).",
                     }
                     for target in CONFIRMATION_OPERATIONS
+                }
+            if operation.get("operationId") == QUESTION_OPERATION:
+                responses["201"]["links"] = {
+                    target: {
+                        "operationId": target,
+                        "parameters": {"question_id": "$response.body#/id"},
+                        "description": "The question just asked.",
+                    }
+                    for target in QUESTION_OPERATIONS
                 }
     return result

@@ -14,7 +14,13 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,6 +29,7 @@ from approvals import selectors, services
 from approvals.api.schema import callback_url_pattern, error_responses
 from approvals.errors import InvalidInput
 from approvals.waiting import parse_timeout, wait_for_final
+from channels_ext import answers
 from gateway.outbound import OutboundRefused, check_url
 
 
@@ -361,3 +368,179 @@ class CompletionEventApi(HookEventApi):
     )
     def post(self, request):
         return self.run(request)
+
+
+# --------------------------------------------------------------------------- questions (docs/asking.md)
+
+
+@extend_schema_field(
+    {
+        "description": "The answer given (answered), or the question's default_answer once it expired "
+        "(defaulted); null while pending, once cancelled, or when it expired without a default."
+    }
+)
+class AnswerField(serializers.JSONField):
+    pass
+
+
+class QuestionOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(
+        choices=["pending", "answered", "expired", "cancelled", "rejected"],
+        help_text="rejected: its card could not be delivered anywhere (`reason` says why).",
+    )
+    question = serializers.CharField()
+    answer = AnswerField()
+    defaulted = serializers.BooleanField(help_text="True once the question expired unanswered: `answer` is the default.")
+    answered_by = serializers.CharField(allow_null=True, help_text="Channel-qualified: slack:U…, feishu:ou_…, web:<user>.")
+    answered_by_name = serializers.CharField(allow_null=True)
+    answered_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="Why it ended, once final (expiry, cancel).")
+    expires_at = serializers.DateTimeField(allow_null=True)
+    url = serializers.URLField(help_text="The question's web page, where it can be answered.")
+
+
+class EscalateToInput(serializers.Serializer):
+    channel = StrictCharField(min_length=1, max_length=64)
+    approvers = serializers.ListField(child=StrictCharField(min_length=1, max_length=200), max_length=50, default=list)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {
+        **answers.openapi_schema(),
+        "description": "The answer's JSON Schema, in the subset docs/asking.md lists: a choice "
+        "(`{type: string, enum}`), several choices (`{type: array, items: {type: string, enum}}`), text "
+        "(`{type: string, maxLength}`), a number (`{type: number|integer, minimum, maximum}`), yes/no "
+        "(`{type: boolean}`), or a form of up to 8 of these (`{type: object, properties, required}`). "
+        "Checked beyond its shape too (minimum <= maximum, required names the form's fields): a 400 says what.",
+    }
+)
+class AnswerSchemaField(JsonObjectField):
+    pass
+
+
+class QuestionCreateApi(APIView):
+    @extend_schema_serializer(component_name="QuestionInput")
+    class InputSerializer(StrictSerializer):
+        question = StrictCharField(min_length=1, max_length=4000)
+        answer_schema = AnswerSchemaField()
+        channel = StrictCharField(
+            min_length=1, max_length=64, required=False, default="",
+            help_text="The channel that asks (its name). Default: the channel of `gate`.",
+        )  # fmt: skip
+        gate = StrictCharField(
+            min_length=1, max_length=100, required=False, default="",
+            help_text="Without a channel: the agent's approval gate whose channel, approvers, reminder and "
+            "escalation the question uses (default: its first).",
+        )  # fmt: skip
+        approvers = serializers.ListField(
+            child=StrictCharField(min_length=1, max_length=200), max_length=50, required=False, default=None,
+            help_text="Channel-native ids of who may answer; empty: any member. Default: the gate's, or any member.",
+        )  # fmt: skip
+        timeout_seconds = StrictIntegerField(
+            min_value=1, max_value=30 * 24 * 3600, required=False, allow_null=True, default=3600,
+            help_text="Seconds until the question expires (null: never).",
+        )  # fmt: skip
+        default_answer = JsonValueField(
+            required=False, allow_null=True, default=None,
+            help_text="What the agent gets if nobody answers in time; must fit answer_schema.",
+        )  # fmt: skip
+        session_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        user_id = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        metadata = JsonObjectField(required=False, default=dict)
+        callback_url = CallbackUrlField(required=False, allow_blank=True, default="")
+        remind_after_seconds = StrictIntegerField(min_value=1, max_value=30 * 24 * 3600, required=False, default=None)
+        warn_before_seconds = StrictIntegerField(min_value=1, max_value=30 * 24 * 3600, required=False, default=None)
+        escalate_after_seconds = StrictIntegerField(min_value=1, max_value=30 * 24 * 3600, required=False, default=None)
+        escalate_to = EscalateToInput(required=False, default=None)
+        wait_seconds = StrictIntegerField(
+            min_value=0, max_value=settings.GATEWAY_WAIT_MAX_SECONDS, required=False, default=0,
+            help_text="Hold the answer until the question is final or this many seconds pass.",
+        )  # fmt: skip
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: QuestionOutput, **error_responses(400, 401)},
+        summary="Ask a human a question",
+    )
+    def post(self, request):
+        if not isinstance(request.data, dict):
+            raise InvalidInput("the body must be a JSON object")
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        escalate = data["escalate_to"] or {}
+        question = services.question_create(
+            agent=request.user,
+            text=data["question"],
+            answer_schema=data["answer_schema"],
+            channel=data["channel"],
+            gate=data["gate"],
+            approvers=data["approvers"],
+            timeout_seconds=data["timeout_seconds"],
+            default_answer=data["default_answer"],
+            session_id=data["session_id"],
+            user_id=data["user_id"],
+            metadata=data["metadata"],
+            callback_url=data["callback_url"],
+            remind_after_seconds=data["remind_after_seconds"],
+            warn_before_seconds=data["warn_before_seconds"],
+            escalate_after_seconds=data["escalate_after_seconds"],
+            escalate_channel=escalate.get("channel", ""),
+            escalate_approvers=escalate.get("approvers", []),
+        )
+        return Response(selectors.question_as_dict(question), status=201)
+
+
+QUESTION_ID = OpenApiParameter("question_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The question's id.")
+
+
+class QuestionDetailApi(APIView):
+    @extend_schema(
+        parameters=[QUESTION_ID], responses={200: QuestionOutput, **error_responses(401, 404)}, summary="One question"
+    )
+    def get(self, request, question_id):
+        question = selectors.question_for_agent(agent=request.user, question_id=question_id)
+        return Response(selectors.question_as_dict(question))
+
+
+class QuestionWaitApi(APIView):
+    """Long-poll. Under ASGI this path is served by `approvals.api.asgi` without a thread."""
+
+    @extend_schema(
+        parameters=[
+            QUESTION_ID,
+            OpenApiParameter(
+                "timeout",
+                {"type": "number", "minimum": 0, "maximum": settings.GATEWAY_WAIT_MAX_SECONDS},
+                description="Seconds to hold the request (default 25, or GATEWAY_WAIT_MAX_SECONDS if that is less).",
+            ),
+        ],
+        responses={200: QuestionOutput, **error_responses(400, 401, 404)},
+        summary="Wait for an answer",
+    )
+    def get(self, request, question_id):
+        question = selectors.question_for_agent(agent=request.user, question_id=question_id)
+        timeout = parse_timeout(request.query_params.get("timeout"))
+        final = async_to_sync(wait_for_final)(confirmation_id=question.pk, agent_id=request.user.pk, timeout=timeout)
+        return Response(selectors.question_as_dict(final or question))
+
+
+class QuestionCancelApi(APIView):
+    @extend_schema(
+        parameters=[QUESTION_ID],
+        request=None,
+        responses={200: QuestionOutput, **error_responses(401, 404, 409)},
+        summary="Withdraw a pending question",
+    )
+    def post(self, request, question_id):
+        question = selectors.question_for_agent(agent=request.user, question_id=question_id)
+        question = services.confirmation_cancel(agent=request.user, confirmation_id=question.pk, kind="question")
+        return Response(selectors.question_as_dict(question))

@@ -44,6 +44,7 @@ from approvals.services.people import (
     person_link_redeem,
     stand_in_name,
 )
+from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
@@ -58,6 +59,7 @@ __all__ = [
     "audit_append",
     "audit_purge",
     "config_apply",
+    "question_create",
     "confirmation_cancel",
     "confirmation_cancel_by_staff",
     "confirmation_create",

@@ -39,6 +39,7 @@ from approvals.models import (
     Outbox,
     OutboxKind,
     OutboxStatus,
+    RequestKind,
     Status,
 )
 from approvals.services.records import (
@@ -54,8 +55,9 @@ from approvals.services.records import (
 )
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
-from gateway import metrics
+from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
+from gateway import metrics
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label, pre_tool_use_context
 from hooks.chain import mask_args, run_chain
@@ -71,6 +73,7 @@ _TERMINAL_EVENT = {
     Status.REJECTED: EventKind.REJECTED,
     Status.EXPIRED: EventKind.EXPIRED,
     Status.CANCELLED: EventKind.CANCELLED,
+    Status.ANSWERED: EventKind.ANSWERED,
 }
 
 
@@ -94,6 +97,9 @@ def confirmation_create(
     editable_paths: list[str] | None = None,
     edit_types: dict[str, str] | None = None,
     args_fingerprint: str = "",
+    kind: str = RequestKind.CONFIRMATION,
+    answer_schema: dict[str, Any] | None = None,
+    default_answer: Any = None,
 ) -> ConfirmationRequest:
     """Insert the request, its `created` event and its card outbox row (the caller holds the transaction).
 
@@ -166,6 +172,9 @@ def confirmation_create(
         escalate_approvers=escalate_approvers,
         escalate_approver_people=escalate_people,
         callback_url=callback_url,
+        kind=kind,
+        answer_schema=answer_schema,
+        default_answer=default_answer,
     )
     row_insert(confirmation)  # (the ORM's save machinery costs more than the INSERT itself, on every request)
     event_record(confirmation, EventKind.CREATED, actor=f"agent:{agent.name}", message=spec.reason)
@@ -217,6 +226,7 @@ def confirmation_transition(
     event_message: str = "",
     event_data: dict[str, Any] | None = None,
     locked: ConfirmationRequest | None = None,
+    answer: Any = None,
 ) -> bool:
     """pending -> `to_status` as ONE conditional UPDATE. True if this call won.
 
@@ -235,6 +245,8 @@ def confirmation_transition(
     fields: dict[str, Any] = {}
     if arg_edits:
         fields = {"arg_edits": arg_edits, "approved_args": approved_args}
+    if to_status == Status.ANSWERED:
+        fields["answer"] = answer  # a question's answer, in the same UPDATE as the move
     changed = qs.update(
         status=to_status,
         decided_by=decided_by,
@@ -535,7 +547,19 @@ def _respond(
             confirmation, channel_name=channel_name, actor=callback.actor, identity=actor
         )
     refused_data: dict[str, Any] = {}
+    if refusal is None:
+        refusal = _kind_refusal(confirmation, callback)
     edits, approved_args, option, judged = {}, None, None, None
+    if callback.answer_inputs is not None and confirmation.kind == RequestKind.QUESTION:
+        # A form's inputs, read with the question's own schema (the click carries none).
+        callback = dataclasses.replace(
+            callback, answer=answer_from_inputs(confirmation.answer_schema or {}, callback.answer_inputs)
+        )
+    if refusal is None and callback.decision == "answer" and not callback.dry_run:
+        problem = answer_problem(confirmation.answer_schema or {}, callback.answer)
+        if problem:
+            refusal = ("answer_refused", f"This answer does not fit the question ({problem}); nothing was recorded.")
+            refused_data = {"answer": callback.answer}
     if refusal is None and callback.decision == "approve":
         try:
             edits, approved_args = _checked_edits(confirmation, callback)
@@ -580,6 +604,21 @@ def _respond(
         name_on_behalf = f"{name} on behalf of {behalf['name']}"
     else:
         name_on_behalf = name
+
+    if callback.decision == "answer":  # the first valid answer wins: the conditional UPDATE under the row lock
+        shown = answer_text(callback.answer, confirmation.answer_schema)
+        confirmation_transition(
+            confirmation.pk,
+            Status.ANSWERED,
+            decided_by=actor,
+            decided_by_name=name_on_behalf,
+            channel=channel_name,
+            answer=callback.answer,
+            event_message=f"answered: {shown}",
+            event_data={"answer": callback.answer},
+            locked=confirmation,
+        )
+        return outcome(True, "decided", f"Answered: {shown}")
 
     if callback.decision == "reject":
         confirmation_transition(
@@ -642,6 +681,16 @@ def _respond(
         locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _kind_refusal(confirmation: ConfirmationRequest, callback: Callback) -> tuple[str, str] | None:
+    """A question takes answers only, a confirmation approvals and rejections only."""
+    question = confirmation.kind == RequestKind.QUESTION
+    if question and callback.decision != "answer":
+        return "is_a_question", "This is a question: it takes an answer, not an approval or a rejection."
+    if not question and callback.decision == "answer":
+        return "not_a_question", "This request is not a question: approve or reject it."
+    return None
 
 
 def _behalf_data(behalf: dict[str, str] | None) -> dict[str, str]:
@@ -803,9 +852,12 @@ def _checked_grant(confirmation: ConfirmationRequest, callback: Callback, *, edi
 
 
 @transaction.atomic
-def confirmation_cancel(*, agent: Agent, confirmation_id: Any) -> ConfirmationRequest:
-    """The agent withdraws its request. 409 if it was already decided."""
-    confirmation = selectors.confirmation_for_agent(agent=agent, confirmation_id=confirmation_id)
+def confirmation_cancel(*, agent: Agent, confirmation_id: Any, kind: str = RequestKind.CONFIRMATION) -> ConfirmationRequest:
+    """The agent withdraws its request (a question: `kind="question"`). 409 if it was already decided."""
+    if kind == RequestKind.QUESTION:
+        confirmation = selectors.question_for_agent(agent=agent, question_id=confirmation_id)
+    else:
+        confirmation = selectors.confirmation_for_agent(agent=agent, confirmation_id=confirmation_id)
     cancelled = confirmation_transition(
         confirmation.pk,
         Status.CANCELLED,
@@ -943,10 +995,10 @@ def warning_text(confirmation: ConfirmationRequest, *, now: dt.datetime) -> str:
     left = max(0, int((confirmation.expires_at - now).total_seconds())) if confirmation.expires_at else 0
     span = f"{left // 60} min {left % 60} s" if left >= 60 else f"{left} s"
     then = "allow" if confirmation.on_timeout == "allow" else "deny"
-    return (
-        f"Deadline soon: {span} left (until {confirmation.expires_at:%Y-%m-%d %H:%M:%S} UTC); "
-        f"then the agent is told {then}."
-    )
+    told = f"the agent is told {then}"
+    if confirmation.kind == RequestKind.QUESTION:
+        told = "the agent gets the default answer" if confirmation.default_answer is not None else "the agent gets no answer"
+    return f"Deadline soon: {span} left (until {confirmation.expires_at:%Y-%m-%d %H:%M:%S} UTC); then {told}."
 
 
 @transaction.atomic

@@ -248,6 +248,7 @@ def _state_sql(ids: str = "%s") -> str:
         "'decided_by', cr.decided_by, 'decided_by_name', cr.decided_by_name, 'decided_at', cr.decided_at, "
         "'expires_at', cr.expires_at, 'arg_edits', cr.arg_edits, 'approved_args', cr.approved_args, "
         "'on_timeout', cr.on_timeout, 'approvals_required', cr.approvals_required, "
+        "'kind', cr.kind, 'answer', cr.answer, 'default_answer', cr.default_answer, "
         "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
         f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
         f")::text AS payload FROM {requests} cr WHERE cr.id = ANY({ids}::uuid[])"

@@ -66,7 +66,9 @@ from channels_ext.base import (
 )
 from channels_ext.cardkit import shown_ids, typed_edits
 from channels_ext.connections.link import ChannelLink
-from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME, render_card
+from channels_ext.feishu import question_cards
+from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME
+from channels_ext.feishu.cards import render_card as render_approval_card
 from channels_ext.feishu.config import FeishuChannelConfig
 from channels_ext.feishu.connection import FeishuLongConnectionLink
 
@@ -414,6 +416,11 @@ class FeishuAdapter(ChannelAdapter):
 # --------------------------------------------------------------------- helpers
 
 
+def render_card(card: CardView) -> dict[str, Any]:
+    """The card JSON for `card`: a question's (`question_cards`) or an approval's."""
+    return question_cards.render_question(card) if card.is_question else render_approval_card(card)
+
+
 def feishu_uuid(idempotency_key: str) -> str:
     """The `uuid` Feishu de-duplicates a send on: the key itself, or its hash if too long."""
     if len(idempotency_key) <= UUID_MAX_LENGTH:
@@ -428,7 +435,7 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     action = _member(event, "action")
     value = _member(action, "value")
     decision = value.get("decision")
-    if decision not in ("approve", "reject"):
+    if decision not in ("approve", "reject", "answer"):
         raise CallbackError(400, "the button value carries no approve/reject decision")
     signed_id = value.get("confirmation_id")
     if not isinstance(signed_id, str):
@@ -439,6 +446,15 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
     if not isinstance(actor, str) or not actor:
         raise CallbackError(400, "the callback names no operator open_id")
     form_value = action.get("form_value") if isinstance(action.get("form_value"), dict) else {}
+    if decision == "answer":  # a question's option button carries its answer; its form, the inputs
+        return Callback(
+            confirmation_id=confirmation_id,
+            decision="answer",
+            actor=actor,
+            dedupe_key=str(header.get("event_id") or ""),
+            answer=value.get("answer"),
+            answer_inputs=question_cards.form_inputs(form_value) if value.get("form") is True else None,
+        )
     reason = ""
     if decision == "reject":
         typed = form_value.get(REASON_INPUT_NAME)

@@ -61,7 +61,7 @@ def escape(text: str) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
 
 
-def _safe(text: str, limit: int) -> str:
+def safe_text(text: str, limit: int) -> str:
     """Cut, then escape: the limit counts what the reader sees, not the escapes."""
     return escape(cut(" ".join(text.split()), limit))
 
@@ -72,25 +72,25 @@ def mention(user_id: str, name: str = "") -> str:
     kind, native = split_actor(user_id)
     if kind in ("feishu", "") and _OPEN_ID.match(native):
         return f"<at id={native}></at>"
-    return _safe(actor_label(user_id, name), SHORT_LIMIT)
+    return safe_text(actor_label(user_id, name), SHORT_LIMIT)
 
 
 def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
     if not tool_args:
         return ["(no arguments)"]
     return [
-        f"- {_safe(str(key), SHORT_LIMIT)}: {_safe(_format_value(value), ARG_VALUE_LIMIT)}"
+        f"- {safe_text(str(key), SHORT_LIMIT)}: {safe_text(_format_value(value), ARG_VALUE_LIMIT)}"
         for key, value in tool_args.items()
     ]
 
 
 def _details(card: CardView) -> str:
     """Agent, tool, arguments, end user and why — cut at a line boundary to `DETAILS_LIMIT`."""
-    hook = f" (hook: {_safe(card.hook, SHORT_LIMIT)})" if card.hook else ""
-    why = _safe(card.reason, REASON_LIMIT) if card.reason else "(no reason given)"
+    hook = f" (hook: {safe_text(card.hook, SHORT_LIMIT)})" if card.hook else ""
+    why = safe_text(card.reason, REASON_LIMIT) if card.reason else "(no reason given)"
     lines = [
-        f"**Agent:** {_safe(card.agent, SHORT_LIMIT)}",
-        f"**Tool:** {_safe(card.tool_name, SHORT_LIMIT)}",
+        f"**Agent:** {safe_text(card.agent, SHORT_LIMIT)}",
+        f"**Tool:** {safe_text(card.tool_name, SHORT_LIMIT)}",
         "**Arguments:**",
         *_argument_lines(card.tool_args),
         f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}",
@@ -110,7 +110,7 @@ def _details(card: CardView) -> str:
 def outcome_line(card: CardView) -> str:
     """How a decided request ended, e.g. "✅ **Approved** by <at id=ou_…></at> at …"."""
     return outcome_sentence(
-        card, person=mention, text=lambda text: _safe(text, REASON_LIMIT), strong=lambda text: f"**{text}**"
+        card, person=mention, text=lambda text: safe_text(text, REASON_LIMIT), strong=lambda text: f"**{text}**"
     )
 
 
@@ -150,7 +150,7 @@ def _status_lines(card: CardView) -> list[str]:
     if card.escalated:
         lines.append("⏫ **Escalated:** this request was passed on to further approvers.")
     if card.note:
-        lines.append(f"🔔 {_safe(card.note, REASON_LIMIT)}")
+        lines.append(f"🔔 {safe_text(card.note, REASON_LIMIT)}")
     if not card.is_pending:
         lines.append(outcome_line(card))
     return lines
@@ -258,9 +258,9 @@ def action_elements(confirmation_id: str) -> list[dict[str, Any]]:
 
 def _item_line(number: int, item: Any) -> str:
     args = "; ".join(line.removeprefix("- ") for line in _argument_lines(item.tool_args))
-    line = f"**{number}.** {_safe(item.tool_name, SHORT_LIMIT)} — {args}"
+    line = f"**{number}.** {safe_text(item.tool_name, SHORT_LIMIT)} — {args}"
     if not item.is_pending:
-        line += f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {_safe(item.status, SHORT_LIMIT)}"
+        line += f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {safe_text(item.status, SHORT_LIMIT)}"
         if item.edited:
             line += " (edited)"
         if item.decided_by and item.status != "expired":
@@ -276,7 +276,7 @@ def turn_elements(card: CardView) -> list[dict[str, Any]]:
     if len(card.items) > MAX_TURN_ITEMS:
         lines.append(f"… {len(card.items) - MAX_TURN_ITEMS} more on the approval page")
     head = (
-        f"**Agent:** {_safe(card.agent, SHORT_LIMIT)}\n"
+        f"**Agent:** {safe_text(card.agent, SHORT_LIMIT)}\n"
         f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}\n"
         f"**Calls of one turn:**"
     )
@@ -324,7 +324,7 @@ def render_card(card: CardView) -> dict[str, Any]:
     if card.items:
         pending = len(card.pending_items)
         title = f"Approval needed: {pending} of {len(card.items)} calls" if pending else "Calls of one turn"
-        return _card(title, cut(f"{card.agent} · one turn", SHORT_LIMIT), "orange" if pending else "grey", turn_elements(card))
+        return card_frame(title, cut(f"{card.agent} · one turn", SHORT_LIMIT), "orange" if pending else "grey", turn_elements(card))
     title = _TITLES.get(card.status, card.status.capitalize() or "Approval")
     subject = cut(f"{card.agent} · {card.tool_name}", SHORT_LIMIT)
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": card_markdown(card)}]
@@ -334,10 +334,10 @@ def render_card(card: CardView) -> dict[str, Any]:
         if card.editable_paths:
             elements.append(edit_form(card))
         elements.append(reject_form)
-    return _card(title, subject, _TEMPLATES.get(card.status, "grey"), elements)
+    return card_frame(title, subject, _TEMPLATES.get(card.status, "grey"), elements)
 
 
-def _card(title: str, subject: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
+def card_frame(title: str, subject: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "schema": "2.0",
         # update_multi: one shared card that every reader sees redrawn when it is patched.

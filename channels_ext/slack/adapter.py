@@ -42,7 +42,8 @@ from channels_ext.base import (
     unsign_shown_ids,
 )
 from channels_ext.connections.link import ChannelLink
-from channels_ext.slack import cards
+from channels_ext import answers
+from channels_ext.slack import cards, question_cards
 from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.slack.connection import SlackSocketModeLink
 from channels_ext.slack.tasks import send_response_url
@@ -88,6 +89,7 @@ class _User(_Payload):
 class _Action(_Payload):
     action_id: str
     value: str = ""
+    selected_option: dict[str, Any] | None = None  # a select menu's choice
 
 
 class _Container(_Payload):
@@ -127,6 +129,13 @@ class _RejectMetadata(_Payload):
     ts: str = ""
     whole_turn: bool = False  # Reject all on a turn's card
     shown: str = ""  # with whole_turn: the Reject all button's value (the calls it decides, signed)
+
+
+class _AnswerMetadata(_Payload):
+    """What the answer modal carries from the click to the submission."""
+
+    question: str = Field(min_length=1)  # the signed question id, as on the button
+    response_url: str = ""
 
 
 class _EditMetadata(_Payload):
@@ -222,8 +231,8 @@ class SlackAdapter(ChannelAdapter):
             "chat.postMessage",
             lambda: self.client.chat_postMessage(
                 channel=self.config.channel_id,
-                text=cards.fallback_text(card),
-                blocks=cards.card_blocks(card),
+                text=_fallback(card),
+                blocks=_blocks(card),
             ),
         )
         channel, ts = response.get("channel"), response.get("ts")
@@ -239,8 +248,8 @@ class SlackAdapter(ChannelAdapter):
             lambda: self.client.chat_update(
                 channel=channel,
                 ts=ts,
-                text=cards.fallback_text(card),
-                blocks=cards.card_blocks(card),
+                text=_fallback(card),
+                blocks=_blocks(card),
             ),
         )
 
@@ -346,6 +355,10 @@ class SlackAdapter(ChannelAdapter):
             )
         if kind == "view_submission" and _view_callback_id(payload) == cards.EDIT_MODAL_CALLBACK_ID:
             return self._on_edit_submission(_parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key)
+        if kind == "view_submission" and _view_callback_id(payload) == question_cards.MODAL_CALLBACK_ID:
+            return self._on_answer_submission(
+                _parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
+            )
         # Recognised but not ours to act on (view_closed, other views…): a 200 stops Slack showing an error.
         return None
 
@@ -388,6 +401,8 @@ class SlackAdapter(ChannelAdapter):
     def _on_block_actions(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> dict[str, Any] | None:
         action = payload.actions[0]
         action_id = action.action_id
+        if question_cards.is_question_action(action_id):
+            return self._on_question_click(payload, decide, dedupe_key)
         grant = _grant_index(action_id)
         known = (
             cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID, cards.EDIT_BUTTON_ACTION_ID,
@@ -457,6 +472,69 @@ class SlackAdapter(ChannelAdapter):
         dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn", "shown"})
         self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
         return None
+
+    def _on_question_click(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> None:
+        """An option button or the select menu answers at once; the Answer button opens the modal."""
+        action = payload.actions[0]
+        selected = action.selected_option.get("value") if action.selected_option else None
+        signed = question_cards.selected_question(action.action_id, action.value, selected)
+        if not signed:
+            raise CallbackError(400, f"the {action.action_id} element carries no question")
+        question_id = unsign_confirmation_id(signed)
+        user = payload.user
+        probe = decide(
+            Callback(confirmation_id=question_id, decision="answer", actor=user.id, actor_name=user.display_name,
+                     dry_run=True)
+        )  # fmt: skip
+        if probe.card is None or not probe.applied:
+            self._tell_clicker(payload.response_url, cards.escape(probe.message))
+            return None
+        if action.action_id == question_cards.OPEN_ACTION_ID:
+            if not payload.trigger_id:
+                raise CallbackError(400, "the answer click carries no trigger_id")
+            metadata = _AnswerMetadata(question=signed, response_url=payload.response_url)
+            view = question_cards.answer_modal(probe.card, private_metadata=metadata.model_dump_json())
+            self._open_modal(payload, view, probe.card, "the answer form")
+            return None
+        answer = question_cards.clicked_answer(probe.card.answer_schema or {}, action.action_id, selected)
+        outcome = decide(
+            Callback(confirmation_id=question_id, decision="answer", actor=user.id, actor_name=user.display_name,
+                     answer=answer, dedupe_key=dedupe_key)
+        )  # fmt: skip
+        if not outcome.applied and not (dedupe_key and outcome.code == "duplicate"):
+            self._tell_clicker(payload.response_url, cards.escape(outcome.message))
+        return None
+
+    def _on_answer_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
+        try:
+            metadata_json = json.loads(payload.view.private_metadata)
+        except ValueError:
+            raise CallbackError(400, "the answer form's private_metadata is not JSON") from None
+        metadata: _AnswerMetadata = _parse(_AnswerMetadata, metadata_json, "answer form metadata")
+        question_id = unsign_confirmation_id(metadata.question)
+        user = payload.user
+        # The schema is the question's as the gateway holds it (never the form's): read it without deciding.
+        probe = decide(
+            Callback(confirmation_id=question_id, decision="answer", actor=user.id, actor_name=user.display_name,
+                     dry_run=True)
+        )  # fmt: skip
+        if probe.card is None or not probe.applied:
+            return {"response_action": "errors", "errors": {question_cards.first_block_id(): probe.message[:500]}}
+        schema = probe.card.answer_schema or {}
+        inputs = question_cards.answer_inputs(schema, payload.view.state.values)
+        outcome = decide(
+            Callback(
+                confirmation_id=question_id,
+                decision="answer",
+                actor=user.id,
+                actor_name=user.display_name,
+                answer=answers.answer_from_inputs(schema, inputs),
+                dedupe_key=dedupe_key,
+            )
+        )
+        if outcome.applied or (dedupe_key and outcome.code == "duplicate"):
+            return {"response_action": "clear"}
+        return {"response_action": "errors", "errors": {question_cards.first_block_id(): outcome.message[:500]}}
 
     def _open_modal(self, payload: _BlockActions, view: dict[str, Any], card: CardView | None, what: str) -> None:
         try:
@@ -545,6 +623,14 @@ class SlackAdapter(ChannelAdapter):
         except Exception:
             # The click itself was handled; only the courtesy note is lost (broker down).
             logger.exception("could not queue the slack response_url note")
+
+
+def _blocks(card: CardView) -> list[dict[str, Any]]:
+    return question_cards.question_blocks(card) if card.is_question else cards.card_blocks(card)
+
+
+def _fallback(card: CardView) -> str:
+    return question_cards.question_fallback_text(card) if card.is_question else cards.fallback_text(card)
 
 
 def _turn_button(value: str) -> tuple[str, tuple[str, ...] | None]:

@@ -16,13 +16,16 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from approvals import selectors, services
 from approvals.arguments import get_path
-from approvals.models import ConfirmationRequest, Grant, Status
+from approvals.models import ConfirmationRequest, Grant, RequestKind, Status
+from channels_ext import answers
 from channels_ext.base import Callback, sign_shown_ids
 from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
 from channels_ext.web.forms import BatchForm, DecisionForm
 
 # Approvers need not be staff, so they sign in here rather than on the admin's staff-only login.
 LOGIN_URL = "approval-login"
+# A question's form posts each field as `answer.<name>` (`answer.answer` without a form).
+ANSWER_PREFIX = "answer."
 
 
 class SignInView(auth_views.LoginView):
@@ -162,9 +165,80 @@ def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[
     return fields
 
 
+def _answer_inputs(request: HttpRequest, schema: dict) -> dict:
+    """What the question form posted, per field (`answer.<name>`; several choices: one value each)."""
+    inputs: dict = {}
+    for field in answers.fields(schema):
+        key = f"{ANSWER_PREFIX}{field.name}"
+        inputs[field.name] = request.POST.getlist(key) if field.kind == "choices" else request.POST.get(key)
+    return inputs
+
+
+def question_page(request: HttpRequest, confirmation: ConfirmationRequest) -> HttpResponse:
+    """A question's page: its text and a form for the answer (docs/asking.md). The answer goes through
+    the same exactly-once service as a click, which checks it against the question's schema; a
+    refused answer shows the form again, as typed, beside why (a 400)."""
+    schema = confirmation.answer_schema or {}
+    error, typed = "", {}
+    if request.method == "POST":
+        typed = _answer_inputs(request, schema)
+        outcome = services.confirmation_respond(
+            callback=Callback(
+                confirmation_id=str(confirmation.pk),
+                decision="answer",
+                actor=request.user.get_username(),
+                answer=answers.answer_from_inputs(schema, typed),
+            ),
+            actor_kind="web",
+            with_card=False,
+            on_behalf=lambda row: _standing(request.user, row),
+        )
+        if outcome.applied:
+            messages.success(request, outcome.message)
+            return redirect("approval-page", confirmation_id=confirmation.pk)
+        if outcome.code == "answer_refused":
+            error = outcome.message
+        else:
+            messages.warning(request, outcome.message)
+            return redirect("approval-page", confirmation_id=confirmation.pk)
+        confirmation = _get(confirmation.pk)
+    viewer = viewer_for(request.user, confirmation)
+    pending = confirmation.status == Status.PENDING
+    fields = [
+        {"f": f, "key": f"{ANSWER_PREFIX}{f.name}", "typed": typed.get(f.name)} for f in answers.fields(schema)
+    ]
+    return render(
+        request,
+        "approvals/question.html",
+        {
+            "c": confirmation,
+            "viewer": viewer,
+            "can_answer": viewer.can_decide and pending,
+            "fields": fields,
+            "error": error,
+            "answer_text": answers.answer_text(confirmation.answer, schema) if confirmation.answer is not None else "",
+            "default_text": (
+                answers.answer_text(confirmation.default_answer, schema) if confirmation.default_answer is not None else ""
+            ),
+            "decider": selectors.decider(confirmation),
+            "events": confirmation.events.all(),
+        },
+        status=400 if error else 200,
+    )
+
+
 @login_required(login_url=LOGIN_URL)
 @require_http_methods(["GET", "POST"])
 def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
+    question = (
+        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
+        .filter(pk=confirmation_id, kind=RequestKind.QUESTION)
+        .first()
+    )
+    if question is not None:
+        if not may_view(request.user, question):
+            raise Http404("no such approval request")
+        return question_page(request, question)
     form = DecisionForm(request.POST) if request.method == "POST" else DecisionForm()
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -245,7 +319,7 @@ def approval_state(request: HttpRequest, confirmation_id) -> JsonResponse:
     confirmation = _get(confirmation_id)
     if not may_view(request.user, confirmation):
         raise Http404("no such approval request")
-    return JsonResponse(selectors.confirmation_as_dict(confirmation), headers={"Cache-Control": "no-store"})
+    return JsonResponse(selectors.request_as_dict(confirmation), headers={"Cache-Control": "no-store"})
 
 
 @require_GET

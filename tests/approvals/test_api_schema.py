@@ -107,15 +107,16 @@ def test_schemathesis_finds_no_failure_and_follows_every_link(gateway_process, t
     ]  # fmt: skip
     env = {**os.environ, "FUZZ_AGENT_KEY": key, "FUZZ_STAFF_USERNAME": STAFF_USERNAME,
            "FUZZ_STAFF_PASSWORD": STAFF_PASSWORD}  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=480, cwd=tmp_path, env=env)
     output = f"{run.stdout[-20000:]}\n{run.stderr[-2000:]}"
 
     assert run.returncode == 0, f"schemathesis found failures or warned:\n{output}"
-    assert "Tested: 14" in run.stdout, output
+    assert "Tested: 18" in run.stdout, output
     assert "✅ Stateful" in run.stdout, output
     links = re.search(r"API Links:\s+(\d+) covered / (\d+) selected", run.stdout)
     assert links and links[1] == links[2] != "0", output  # every link followed at least once
-    assert ConfirmationRequest.objects.exists()  # the stateful phase had requests to follow
+    assert ConfirmationRequest.objects.filter(kind="confirmation").exists()  # the stateful phase had requests to follow
+    assert ConfirmationRequest.objects.filter(kind="question").exists()  # and questions
 
 
 def test_strings_postgresql_cannot_store_are_a_400_naming_where_and_nothing_is_written(agent):

@@ -62,10 +62,13 @@ def proxy(
 
 
 @contextlib.contextmanager
-def mcp_client(server: Any, *, mode: str = "auto") -> Iterator[tuple[anyio.from_thread.BlockingPortal, Client]]:
-    """The MCP SDK's `Client`, connected, on its own event loop thread."""
+def mcp_client(
+    server: Any, *, mode: str = "auto", **options: Any
+) -> Iterator[tuple[anyio.from_thread.BlockingPortal, Client]]:
+    """The MCP SDK's `Client`, connected, on its own event loop thread (`options`: more of `Client`'s)."""
     with anyio.from_thread.start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(Client(server, mode=mode, read_timeout_seconds=2 * WAIT)) as client:
+        client_of = Client(server, mode=mode, read_timeout_seconds=2 * WAIT, **options)
+        with portal.wrap_async_context_manager(client_of) as client:
             yield portal, client
 
 
