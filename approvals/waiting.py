@@ -196,7 +196,11 @@ async def wait_for_final(
     time of the decision, `gateway.decision`."""
     if not tracing.active():
         return await _wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout, via=via)
-    attributes = {"gateway.confirmation.id": str(confirmation_id), "gateway.wait.via": via, "gateway.wait.timeout_seconds": timeout}
+    attributes = {
+        "gateway.confirmation.id": str(confirmation_id),
+        "gateway.wait.via": via,
+        "gateway.wait.timeout_seconds": timeout,
+    }
     with tracing.span("await_decision", attributes=attributes):
         tracing.event("gateway.wait.started")
         started = time.time()

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -56,51 +58,60 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def tool_call_pre(*, agent: Agent, **call: Any) -> PreToolUseAnswer:
-    """Run the agent's pre-tool-use chain and record the call (`_tool_call_pre`); counted by its answer
-    (`gateway_tool_calls_total`: a failure is an `error`, a stale cache nothing — it is served again)
-    and logged, with the agent, session, tool and call id on every line logged meanwhile."""
-    token = logs.bind(
-        agent=agent.name,
-        session_id=call.get("session_id"),
-        tool_name=call.get("tool_name"),
-        tool_call_id=call.get("tool_call_id"),
-    )
-    try:
-        answer = _tool_call_pre(agent=agent, **call)
-    except StaleCache:
-        raise
-    except Exception as exc:
-        if not isinstance(exc, GatewayError):
-            metrics.tool_call_answered(agent=agent.name, decision="error")
-            logger.exception("tool call failed")
-            tracing.failed(exc)
-        raise
-    else:
-        metrics.tool_call_answered(agent=agent.name, decision=answer.decision)
-        tracing.annotate(
-            {
-                tracing.GEN_AI_AGENT_NAME: agent.name,
-                "gateway.decision": answer.decision,
-                "gateway.confirmation.id": answer.confirmation_id,
-            }
+_P = ParamSpec("_P")
+
+
+def _observed(ask: Callable[_P, PreToolUseAnswer]) -> Callable[_P, PreToolUseAnswer]:
+    """`tool_call_pre`, counted by its answer (`gateway_tool_calls_total`: a failure is an `error`, a
+    stale cache nothing — the call is served again), noted on the current span, and logged; every
+    line logged meanwhile names the agent, session, tool and call id (docs/operating.md)."""
+
+    @functools.wraps(ask)
+    def observed(*args: _P.args, **call: _P.kwargs) -> PreToolUseAnswer:
+        agent: Agent = call["agent"]
+        token = logs.bind(
+            agent=agent.name,
+            session_id=call.get("session_id"),
+            tool_name=call.get("tool_name"),
+            tool_call_id=call.get("tool_call_id"),
         )
-        # An allowed call is the common case and is in the audit record: logged at DEBUG only.
-        level = logging.DEBUG if answer.decision in ("allow", "skip") else logging.INFO
-        if logger.isEnabledFor(level):
-            logger.log(
-                level,
-                "tool call %s: %s",
-                answer.decision,
-                answer.reason or "no hook objected",
-                extra={"decision": answer.decision, "confirmation_id": answer.confirmation_id},
+        try:
+            answer = ask(*args, **call)
+        except StaleCache:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, GatewayError):  # the caller logs it, and answers 500
+                metrics.tool_call_answered(agent=agent.name, decision="error")
+                tracing.failed(exc)
+            raise
+        else:
+            metrics.tool_call_answered(agent=agent.name, decision=answer.decision)
+            tracing.annotate(
+                {
+                    tracing.GEN_AI_AGENT_NAME: agent.name,
+                    "gateway.decision": answer.decision,
+                    "gateway.confirmation.id": answer.confirmation_id,
+                }
             )
-        return answer
-    finally:
-        logs.unbind(token)
+            # An allowed call is the common case and is in the audit record: logged at DEBUG only.
+            level = logging.DEBUG if answer.decision in ("allow", "skip") else logging.INFO
+            if logger.isEnabledFor(level):
+                logger.log(
+                    level,
+                    "tool call %s: %s",
+                    answer.decision,
+                    answer.reason or "no hook objected",
+                    extra={"decision": answer.decision, "confirmation_id": answer.confirmation_id},
+                )
+            return answer
+        finally:
+            logs.unbind(token)
+
+    return observed
 
 
-def _tool_call_pre(
+@_observed
+def tool_call_pre(
     *,
     agent: Agent,
     session_id: str,

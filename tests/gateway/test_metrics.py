@@ -407,3 +407,43 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def test_a_socket_mode_link_held_by_two_processes_is_up_and_counted(live_gateway, metrics_on, fake_slack: FakeSlack):
+    """The real connection runner holds Slack Socket Mode (against a local fake) in two "processes"."""
+    from tests.channels_ext.connections_support import (
+        connection_state,
+        running_connections,
+    )
+    from tests.fakes.slack_socket import FakeSocketMode
+
+    app_token = "xapp-1-A111-1234567890-metricslink"
+    socket_mode = FakeSocketMode(app_token).start()
+    fake_slack.socket_mode = socket_mode
+    apply_config(
+        f"""
+channels:
+  - name: metrics-link
+    kind: slack
+    mode: socket
+    app_token: {app_token}
+    bot_token: xoxb-1111-2222-metricsLink
+    signing_secret: 0123456789abcdef0123456789abcdef
+    channel_id: C0LINK
+    api_base_url: {fake_slack.base_url}
+"""
+    )
+    link = {"channel": "metrics-link", "mode": "socket"}
+    try:
+        with running_connections(process="gw-a:1"), running_connections(process="gw-b:2"):
+            wait_until(
+                lambda: connection_state("metrics-link", "gw-a:1")
+                == connection_state("metrics-link", "gw-b:2")
+                == "connected",
+                what="both processes to hold the link",
+            )
+            up = scrape(live_gateway)
+        assert up.value("gateway_channel_link_up", **link) == 1
+        assert up.value("gateway_channel_link_processes", **link) == 2
+    finally:
+        socket_mode.stop()
