@@ -144,12 +144,14 @@ class AgentApiMiddleware:
         receive = bounded_receive(receive, settings.GATEWAY_MAX_BODY_BYTES)
         path, method = scope["path"], scope["method"]
         match = WAIT_PATH.match(path) if method == "GET" else None
-        asking = method == "POST" and QUESTIONS_PATH.match(path)
-        if match or asking or (method == "POST" and PRE_TOOL_USE_PATH.match(path)):
+        route = "wait" if match else None
+        if method == "POST":  # (pre-tool-use first: it is the hot path)
+            route = "ask" if PRE_TOOL_USE_PATH.match(path) else "question" if QUESTIONS_PATH.match(path) else None
+        if route is not None:
             try:
                 if match:
                     return await self._wait(scope, send, match.group("id"), question=match.group("what") == "questions")
-                if asking:
+                if route == "question":
                     return await self._ask(scope, receive, send)
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
