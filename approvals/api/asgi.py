@@ -161,7 +161,7 @@ class AgentApiMiddleware:
                 if match:
                     return await self._wait(scope, send, match.group("id"), question=match.group("what") == "questions")
                 if route == "question":
-                    return await self._ask(scope, receive, send)
+                    return await self._question(scope, receive, send)
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
                 return await _send_refusal(send, exc, scope)
@@ -206,7 +206,7 @@ class AgentApiMiddleware:
         as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
         await _send_json(send, 200, as_dict(confirmation))
 
-    async def _ask(self, scope, receive, send) -> None:
+    async def _question(self, scope, receive, send) -> None:
         """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is
         then held here, as a coroutine, until the question is final or the time is up (docs/asking.md)."""
         body = await _read_body(receive)
