@@ -153,13 +153,15 @@ class AgentApiMiddleware:
         receive = bounded_receive(receive, settings.GATEWAY_MAX_BODY_BYTES)
         path, method = scope["path"], scope["method"]
         match = WAIT_PATH.match(path) if method == "GET" else None
-        asking = method == "POST" and QUESTIONS_PATH.match(path)
-        if match or asking or (method == "POST" and PRE_TOOL_USE_PATH.match(path)):
+        route = "wait" if match else None
+        if method == "POST":  # (pre-tool-use first: it is the hot path)
+            route = "ask" if PRE_TOOL_USE_PATH.match(path) else "question" if QUESTIONS_PATH.match(path) else None
+        if route is not None:
             try:
                 if match:
                     return await self._wait(scope, send, match.group("id"), question=match.group("what") == "questions")
-                if asking:
-                    return await self._ask(scope, receive, send)
+                if route == "question":
+                    return await self._question(scope, receive, send)
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
                 return await _send_refusal(send, exc, scope)
@@ -204,7 +206,7 @@ class AgentApiMiddleware:
         as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
         await _send_json(send, 200, as_dict(confirmation))
 
-    async def _ask(self, scope, receive, send) -> None:
+    async def _question(self, scope, receive, send) -> None:
         """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is
         then held here, as a coroutine, until the question is final or the time is up (docs/asking.md)."""
         body = await _read_body(receive)

@@ -128,6 +128,8 @@ class McpEndpoint:
         loop = asyncio.get_running_loop()
         manager = self._managers.get(loop)
         if manager is None:
+            # `MCPServer.streamable_http_app()` would build the same manager inside a Starlette app whose
+            # lifespan runs it; the ASGI servers here run without lifespan, so it is built and run here.
             manager = self._managers[loop] = StreamableHTTPSessionManager(
                 app=server._lowlevel_server, stateless=True, json_response=True
             )

@@ -85,7 +85,7 @@ def question_create(
         if kind is None:
             raise InvalidInput(f"{key}: no channel named {name!r}", details={key: [f"no channel named {name!r}"]})
         if not asks_questions(kind):
-            message = f"channel {name!r} is a {kind} channel, whose cards cannot take answers (docs/asking.md)"
+            message = f"channel {name!r} is of kind {kind}, whose cards cannot take answers (docs/asking.md)"
             raise InvalidInput(message, details={key: [message]})
     spec = AskSpec(
         gate=QUESTION_GATE,

@@ -231,3 +231,26 @@ def test_the_agent_may_cancel_its_question(agent):
     cancelled = agent.http.post(f"/api/v1/questions/{question_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert agent.http.post(f"/api/v1/questions/{question_id}/cancel").status_code == 409
+
+
+def test_a_question_to_a_channel_whose_cards_cannot_take_answers_is_refused_naming_the_kind(agent):
+    from tests.conftest import apply_config
+
+    apply_config(
+        """
+channels:
+  - {name: web, kind: web}
+  - {name: mail, kind: email, from_address: "gateway@example.com", smtp_host: 127.0.0.1, smtp_port: 2525, smtp_security: none}
+agents:
+  - name: purchasing-bot
+    hooks: []
+"""
+    )
+    response = ask(agent, channel="mail")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "channel 'mail' is of kind email, whose cards cannot take answers (docs/asking.md)"
+    )
+    escalating = ask(agent, escalate_after_seconds=60, escalate_to={"channel": "mail", "approvers": []})
+    assert escalating.status_code == 400 and "escalate_to" in escalating.json()["error"]["details"]
+    assert not ConfirmationRequest.objects.exists()
