@@ -44,6 +44,7 @@ run: install
 test: install install-integrations install-channels
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
+	bash scripts/ensure-oidc-provider.sh
 	$(TEST_ENV) $(PY) -m pytest -n $${PYTEST_WORKERS:-4} $(PYTEST_ARGS)
 
 bench: install

@@ -9,6 +9,7 @@
 - `api_keys`: keys created, revoked, touched;
 - `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
+- `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups).
 
 Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
 the modules import each other directly, never through this package.
@@ -36,6 +37,7 @@ from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
 from approvals.services.records import event_record, outbox_add
+from approvals.services.sign_in import user_from_identity_provider
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "outbox_deliver",
     "outbox_due_ids",
     "request_fingerprint",
+    "user_from_identity_provider",
     "result_size",
     "tool_call_pre",
 ]
