@@ -95,6 +95,9 @@ class TeamsOnlyFilter(admin.RelatedFieldListFilter):
         ordering = self.field_admin_ordering(field, request, model_admin)
         return field.get_choices(include_blank=False, limit_choices_to={"pk__in": allowed}, ordering=ordering)
 
+    def has_output(self) -> bool:
+        return True  # applied even with one choice: a filter by a team not offered lists nothing, not everything
+
 
 class TeamScoped:
     """Staff of a team administer only it; superusers all (docs/approving.md, "Teams"). Rows of other
