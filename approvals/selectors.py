@@ -56,6 +56,12 @@ def team_ids_of(user: Any) -> frozenset[int] | None:
     return cached
 
 
+def team_names_of(user: Any) -> list[str]:
+    """The names of `user`'s teams, for the inbox to say whose requests it lists ([] for a superuser: all)."""
+    teams = team_ids_of(user)
+    return [] if teams is None else list(Team.objects.filter(pk__in=teams).order_by("name").values_list("name", flat=True))
+
+
 def in_teams(user: Any, team_id: int) -> bool:
     """Whether `user` is a member of the team `team_id` (a superuser is of every team)."""
     teams = team_ids_of(user)

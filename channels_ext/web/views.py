@@ -74,7 +74,13 @@ def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
         request.user,
         path="agent__team",
     )[:20]
-    context = {"rows": mine, "others": others, "decided": decided, "grants": live_grants_for(request.user)}
+    context = {
+        "rows": mine,
+        "others": others,
+        "decided": decided,
+        "grants": live_grants_for(request.user),
+        "teams": selectors.team_names_of(request.user),
+    }
     return render(request, "approvals/inbox.html", context, status=status)
 
 

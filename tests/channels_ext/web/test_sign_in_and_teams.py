@@ -7,61 +7,12 @@ import httpx
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from approvals.models import Agent, ConfirmationRequest, IdentityProviderLink, Team
-from tests.channels_ext.web.conftest import PASSWORD
+from approvals.models import Agent, ConfirmationRequest, IdentityProviderLink
+from tests.channels_ext.web.conftest import INVOICE, PASSWORD
 from tests.channels_ext.web.test_who_may_see import browser, csrf_of
-from tests.conftest import apply_config, make_agent_client
-from tests.oidc.provider import SUBJECTS, LocalProvider, sign_in_through_the_provider
+from tests.oidc.provider import SUBJECTS, sign_in_through_the_provider
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-TEAMS_CONFIG = """
-channels:
-  - {name: payments-web, kind: web, team: payments}
-  - {name: research-web, kind: web, team: research}
-agents:
-  - name: purchasing-bot
-    team: payments
-    hooks:
-      - {kind: approval_gate, name: finance-gate, tools: ["oa__*"], channel: payments-web, approvers: []}
-  - name: lab-bot
-    team: research
-    hooks:
-      - {kind: approval_gate, name: lab-gate, tools: ["lab__*"], channel: research-web, approvers: []}
-"""
-INVOICE = {"vendor": "ACME Office Supplies", "amount": 1250, "currency": "EUR"}
-
-
-@pytest.fixture(scope="session")
-def oidc_provider(live_gateway):
-    provider = LocalProvider(redirect_uri=f"{live_gateway.url}/oidc/callback/")
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture
-def idp(settings, oidc_provider):
-    """The gateway configured for the local provider, as the GATEWAY_OIDC_* variables configure it."""
-    for name, value in oidc_provider.gateway_settings().items():
-        setattr(settings, name, value)
-    return oidc_provider
-
-
-@pytest.fixture
-def teams(live_gateway, transactional_db):
-    """Two teams whose members come from the IdP's groups; the default team closed (teams in use)."""
-    apply_config(TEAMS_CONFIG)
-    Team.objects.filter(name="default").update(everyone=False)
-    Team.objects.get(name="payments").groups.add(Group.objects.create(name="payments"))
-    Team.objects.get(name="research").groups.add(Group.objects.create(name="research"))
-    purchasing = make_agent_client(live_gateway, "purchasing-bot")
-    lab = make_agent_client(live_gateway, "lab-bot")
-    paying = purchasing.pre_tool_use("oa__purchase_pay", INVOICE).json()["confirmation_id"]
-    sampling = lab.pre_tool_use("lab__order_samples", {"reagent": "Tris-HCl"}).json()["confirmation_id"]
-    yield {"paying": paying, "sampling": sampling}
-    purchasing.http.close()
-    lab.http.close()
-
 
 def idp_browser(live_gateway) -> httpx.Client:
     return httpx.Client(base_url=live_gateway.url, follow_redirects=True, timeout=30)
