@@ -177,7 +177,7 @@ class ConfirmationEventInline(ReadOnlyInline):
 class ApproverResponseInline(ReadOnlyInline):
     model = ApproverResponse
     verbose_name_plural = "Approver responses"
-    fields = ("created_at", "approver", "approver_name", "decision", "reason", "channel")
+    fields = ("created_at", "approver", "approver_name", "on_behalf_of_name", "decision", "reason", "channel")
     readonly_fields = fields
 
 
@@ -437,7 +437,9 @@ class ConfirmationEventAdmin(TeamScoped, ReadOnlyAdmin):
 @admin.register(ApproverResponse)
 class ApproverResponseAdmin(TeamScoped, ReadOnlyAdmin):
     team_path = "confirmation__agent__team"
-    list_display = ("created_at", "approver", "approver_name", "decision", "channel", "confirmation_link", "reason")
+    list_display = (
+        "created_at", "approver", "approver_name", "on_behalf_of_name", "decision", "channel", "confirmation_link", "reason"
+    )
     list_filter = ("decision", "channel")
     search_fields = ("approver", "approver_name", "reason")
     list_select_related = ("confirmation",)
@@ -896,3 +898,6 @@ class IdentityProviderLinkAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.is_superuser
+
+
+from approvals import people_admin  # noqa: E402,F401  (the people directory's admin)

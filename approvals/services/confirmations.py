@@ -116,6 +116,13 @@ def confirmation_create(
         )
         if first is not None:
             lead_id = first[1] or first[0]
+    # `group:` / `person:` approvers and stand-ins routed now, to the channel's own ids (docs/approving.md, "People").
+    approvers, approver_people = selectors.approver_routing(list(spec.approvers), kind=channel.kind, now=now)
+    escalate_approvers, escalate_people = list(spec.escalate_approvers), {}
+    if escalate_channel is not None:
+        escalate_approvers, escalate_people = selectors.approver_routing(
+            escalate_approvers, kind=escalate_channel.kind, now=now
+        )
     expires_at = now + dt.timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else None
     warn_at = None
     if expires_at is not None and spec.warn_before_seconds:
@@ -129,7 +136,8 @@ def confirmation_create(
         user_id=user_id,
         metadata=metadata,
         channel=channel,
-        approvers=list(spec.approvers),
+        approvers=approvers,
+        approver_people=approver_people,
         approvals_required=spec.approvals_required,
         allow_self_approval=spec.allow_self_approval,
         reason=spec.reason,
@@ -151,7 +159,8 @@ def confirmation_create(
             else None
         ),
         escalate_channel=escalate_channel,
-        escalate_approvers=list(spec.escalate_approvers),
+        escalate_approvers=escalate_approvers,
+        escalate_approver_people=escalate_people,
         callback_url=callback_url,
     )
     row_insert(confirmation)  # (the ORM's save machinery costs more than the INSERT itself, on every request)
@@ -519,26 +528,38 @@ def _respond(
         return outcome(True, "would_apply", "")
 
     person = selectors.person_of(actor)
+    # A stand-in answers for the person they stand in for (docs/approving.md, "Stand-ins").
+    behalf = None if as_admin else selectors.stand_in_for(selectors.routed_people(confirmation, channel_name=channel_name), person=person)
+    if (answered := _answered_for(confirmation, person=person, behalf=behalf)) is not None:
+        return outcome(False, "duplicate", answered)
     response = ApproverResponse(
         confirmation=confirmation,
         approver=actor,
         person=person,
         approver_name=name,
+        on_behalf_of=behalf["for"] if behalf else "",
+        on_behalf_of_name=behalf["name"] if behalf else "",
         decision=callback.decision,
         reason=callback.reason,
         channel=channel_name,
     )
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
+    if behalf:
+        who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
+        name_on_behalf = f"{name} on behalf of {behalf['name']}"
+    else:
+        name_on_behalf = name
 
     if callback.decision == "reject":
         confirmation_transition(
             confirmation.pk,
             Status.REJECTED,
             decided_by=actor,
-            decided_by_name=name,
+            decided_by_name=name_on_behalf,
             reason=callback.reason,
             channel=channel_name,
+            event_data=_behalf_data(behalf),
             locked=confirmation,
         )
         return outcome(True, "decided", "Rejected.")
@@ -558,13 +579,13 @@ def _respond(
             confirmation.pk,
             Status.APPROVED,
             decided_by=actor,
-            decided_by_name=name,
+            decided_by_name=name_on_behalf,
             reason=callback.reason,
             channel=channel_name,
             arg_edits=edits,
             approved_args=approved_args,
             event_message=message,
-            event_data=data,
+            event_data={**data, **_behalf_data(behalf)},
             locked=confirmation,
         )
         if not won:  # cannot happen under the row lock; never grant for an approval that did not take
@@ -591,6 +612,26 @@ def _respond(
         locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _behalf_data(behalf: dict[str, str] | None) -> dict[str, str]:
+    """What a decision event records of a stand-in's answer (`on_behalf_of`: the person key)."""
+    return {"on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]} if behalf else {}
+
+
+def _answered_for(confirmation: ConfirmationRequest, *, person: str, behalf: dict[str, str] | None) -> str | None:
+    """A sentence if this answer would count someone twice: a stand-in for a person who answered (or
+    for whom another stand-in answered), or a person whose stand-in answered for them; else None."""
+    if confirmation.approvals_required <= 1:
+        return None  # the first answer decides: nobody can have answered before
+    if behalf is not None:
+        if confirmation.responses.filter(Q(person=behalf["for"]) | Q(on_behalf_of=behalf["for"])).exists():
+            return f"{behalf['name']} has already answered this request (in person or through a stand-in)."
+        return None
+    earlier = confirmation.responses.filter(on_behalf_of=person).values_list("approver_name", flat=True).first()
+    if earlier is not None:
+        return f"{earlier} has already answered this request on your behalf; one person counts once."
+    return None
 
 
 def _already_answered(confirmation: ConfirmationRequest, *, person: str, actor: str) -> str:
