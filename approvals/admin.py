@@ -861,10 +861,11 @@ class TeamAdmin(TeamScoped, admin.ModelAdmin):
     """Teams are made and staffed by superusers; a team's staff see their team here."""
 
     team_path = "pk"
-    list_display = ("name", "everyone", "agent_count", "channel_count", "created_at")
+    list_display = ("name", "everyone", "agent_count", "channel_count", "group_list", "created_at")
     search_fields = ("name",)
-    filter_horizontal = ("members", "groups")
-    fields = ("name", "everyone", "members", "groups")
+    filter_horizontal = ("members",)
+    fields = ("name", "everyone", "members", "group_list")
+    readonly_fields = ("group_list",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser
@@ -882,6 +883,10 @@ class TeamAdmin(TeamScoped, admin.ModelAdmin):
     @admin.display(description="channels")
     def channel_count(self, obj: Team) -> int:
         return obj.channels.count()
+
+    @admin.display(description="groups (their members are members; a group's team is set on the group)")
+    def group_list(self, obj: Team) -> str:
+        return ", ".join(obj.groups.values_list("name", flat=True)) if obj.pk else "—"
 
 
 @admin.register(IdentityProviderLink)

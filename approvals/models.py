@@ -35,10 +35,11 @@ DEFAULT_TEAM = "default"
 
 
 class Team(models.Model):
-    """Who sees and decides what: agents and channels belong to one team, and a person sees and decides
-    only the requests of their teams' agents, on the page, in the inbox and in the admin (superusers:
-    all). A user is a member directly, through one of the team's groups (an identity provider's groups
-    claim fills them), or — on a team open to everyone, as the default team starts — by signing in."""
+    """Who sees and decides what: agents, channels and groups belong to one team, and a person sees and
+    decides only the requests of their teams' agents, on the page, in the inbox and in the admin
+    (superusers: all). A user is a member directly, through a group of the team (`PeopleGroup.team`:
+    the identity provider's groups claim fills the groups), or — on a team open to everyone, as the
+    default team starts — by signing in."""
 
     name = models.SlugField(max_length=64, unique=True)
     everyone = models.BooleanField(
@@ -46,12 +47,6 @@ class Team(models.Model):
         help_text="Every signed-in user is a member (the default team of a single-team install starts so).",
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="gateway_teams")
-    groups = models.ManyToManyField(
-        "auth.Group",
-        blank=True,
-        related_name="gateway_teams",
-        help_text="Members of these groups are members of the team.",
-    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -661,6 +656,14 @@ class PeopleGroup(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=200, blank=True)
     members = models.ManyToManyField(Person, related_name="groups", blank=True)
+    team = models.ForeignKey(
+        Team,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="groups",
+        help_text="Its members are members of this team (docs/approving.md, \"Teams\"); empty: of none.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -47,8 +47,8 @@ _TEAMS_ATTRIBUTE = "_gateway_team_ids"  # the user's teams, read once per reques
 
 def team_ids_of(user: Any) -> frozenset[int] | None:
     """The teams whose requests `user` sees and decides; None: every team (a superuser). A user is a
-    member of a team directly, through one of its groups, or by signing in where the team is open to
-    everyone; someone not signed in is a member of none."""
+    member of a team directly, through one of its groups (their active person a member of it), or by
+    signing in where the team is open to everyone; someone not signed in is a member of none."""
     if not getattr(user, "is_authenticated", False):
         return frozenset()
     if user.is_superuser:
@@ -56,7 +56,11 @@ def team_ids_of(user: Any) -> frozenset[int] | None:
     cached = getattr(user, _TEAMS_ATTRIBUTE, None)
     if cached is None:
         cached = frozenset(
-            Team.objects.filter(Q(everyone=True) | Q(members=user) | Q(groups__user=user)).values_list("pk", flat=True)
+            Team.objects.filter(
+                Q(everyone=True) | Q(members=user) | Q(groups__members__user=user, groups__members__active=True)
+            )
+            .values_list("pk", flat=True)
+            .distinct()
         )
         setattr(user, _TEAMS_ATTRIBUTE, cached)
     return cached

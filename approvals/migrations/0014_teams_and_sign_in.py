@@ -2,6 +2,7 @@
 
 Every existing agent and channel joins the default team, which is open to everyone: an install
 that never names a team sees and decides exactly what it did before (docs/approving.md, "Teams").
+A group of the people directory may belong to a team (its members are the team's members).
 """
 
 import approvals.models
@@ -18,8 +19,7 @@ def make_the_default_team(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0010_channel_kinds'),
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ('approvals', '0012_people'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -31,7 +31,6 @@ class Migration(migrations.Migration):
                 ('name', models.SlugField(max_length=64, unique=True)),
                 ('everyone', models.BooleanField(default=False, help_text='Every signed-in user is a member (the default team of a single-team install starts so).')),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('groups', models.ManyToManyField(blank=True, help_text='Members of these groups are members of the team.', related_name='gateway_teams', to='auth.group')),
                 ('members', models.ManyToManyField(blank=True, related_name='gateway_teams', to=settings.AUTH_USER_MODEL)),
             ],
             options={
@@ -48,6 +47,11 @@ class Migration(migrations.Migration):
             model_name='channel',
             name='team',
             field=models.ForeignKey(default=approvals.models.default_team_id, on_delete=django.db.models.deletion.PROTECT, related_name='channels', to='approvals.team'),
+        ),
+        migrations.AddField(
+            model_name='peoplegroup',
+            name='team',
+            field=models.ForeignKey(blank=True, help_text='Its members are members of this team (docs/approving.md, "Teams"); empty: of none.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='groups', to='approvals.team'),
         ),
         migrations.CreateModel(
             name='IdentityProviderLink',

@@ -178,16 +178,15 @@ def idp(settings, oidc_provider):
 
 @pytest.fixture
 def teams(live_gateway, transactional_db):
-    """Two teams whose members come from the IdP's groups; the default team closed (teams in use).
+    """Two teams whose members come from the IdP's groups (the directory's groups `payments` and
+    `research`, each in its team); the default team closed (teams in use).
     A payment waits in payments' inbox, a sample order in research's."""
-    from django.contrib.auth.models import Group
-
-    from approvals.models import Team
+    from approvals.models import PeopleGroup, Team
 
     apply_config(TEAMS_CONFIG)
     Team.objects.update_or_create(name="default", defaults={"everyone": False})
-    Team.objects.get(name="payments").groups.add(Group.objects.create(name="payments"))
-    Team.objects.get(name="research").groups.add(Group.objects.create(name="research"))
+    PeopleGroup.objects.create(name="payments", team=Team.objects.get(name="payments"))
+    PeopleGroup.objects.create(name="research", team=Team.objects.get(name="research"))
     purchasing = make_agent_client(live_gateway, "purchasing-bot")
     lab = make_agent_client(live_gateway, "lab-bot")
     paying = purchasing.pre_tool_use("oa__purchase_pay", INVOICE).json()["confirmation_id"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Permission, User
 
-from approvals.models import Agent, ConfirmationRequest, IdentityProviderLink
+from approvals.models import Agent, ConfirmationRequest, IdentityProviderLink, PeopleGroup, Person, PersonIdentity
 from tests.channels_ext.web.conftest import INVOICE, PASSWORD
 from tests.channels_ext.web.test_who_may_see import browser, csrf_of
 from tests.oidc.provider import SUBJECTS, sign_in_through_the_provider
@@ -28,7 +28,8 @@ def test_oidc_sign_in_lands_on_the_inbox_with_the_right_person_and_groups(live_g
     assert inbox.status_code == 200 and inbox.url.path == "/approvals/"
     dana = User.objects.get(idp_links__subject=SUBJECTS["dana"])
     assert (dana.username, dana.email, dana.first_name) == ("dana", "dana@example.com", "Dana Payments")
-    assert [g.name for g in dana.groups.all()] == ["payments"]
+    assert dana.person.display_name == "Dana Payments" and dana.person.email == "dana@example.com"
+    assert [g.name for g in dana.person.groups.all()] == ["payments"]
     assert not dana.is_staff and not dana.has_usable_password()
     link = IdentityProviderLink.objects.get(user=dana)
     assert link.issuer == idp.issuer and link.last_signed_in_at is not None
@@ -41,6 +42,21 @@ def test_oidc_sign_in_lands_on_the_inbox_with_the_right_person_and_groups(live_g
     sign_in_through_the_provider(again, "dana")
     assert User.objects.filter(email="dana@example.com").count() == 1
     assert IdentityProviderLink.objects.filter(subject=SUBJECTS["dana"]).count() == 1
+    assert Person.objects.filter(email="dana@example.com").count() == 1
+
+
+def test_the_directory_person_with_the_verified_email_becomes_the_signed_in_users(live_gateway, idp, teams):
+    """Dana is in the directory already, with her Slack account: signing in makes that person hers, so
+    she is one person on Slack and on the web page."""
+    known = Person.objects.create(display_name="Dana P.", email="DANA@example.com")
+    PersonIdentity.objects.create(person=known, identity="slack:U0DANA")
+
+    sign_in_through_the_provider(idp_browser(live_gateway), "dana")
+
+    known.refresh_from_db()
+    assert known.user is not None and known.user.idp_links.get().subject == SUBJECTS["dana"]
+    assert Person.objects.count() == 1
+    assert [g.name for g in known.groups.all()] == ["payments"]
 
 
 def test_a_user_of_another_team_gets_404_and_cannot_decide_nor_see_the_request(live_gateway, idp, teams):
@@ -82,12 +98,12 @@ def test_a_local_user_with_the_verified_email_is_linked_not_duplicated(live_gate
 def test_the_groups_claim_replaces_the_groups_at_each_sign_in(live_gateway, idp, teams):
     fay = idp_browser(live_gateway)
     sign_in_through_the_provider(fay, "fay")
-    user = User.objects.get(idp_links__subject=SUBJECTS["fay"])
-    user.groups.add(Group.objects.get(name="payments"))  # given by hand; the IdP says she has none
+    person = User.objects.get(idp_links__subject=SUBJECTS["fay"]).person
+    person.groups.add(PeopleGroup.objects.get(name="payments"))  # given by hand; the IdP says she has none
 
     inbox = sign_in_through_the_provider(idp_browser(live_gateway), "fay")
 
-    assert list(user.groups.all()) == []
+    assert list(person.groups.all()) == []
     assert teams["paying"] not in inbox.text and teams["sampling"] not in inbox.text
 
 
