@@ -155,3 +155,14 @@ def test_a_single_team_install_needs_no_configuration(live_gateway, agent, peopl
     alice = browser(live_gateway, "alice")
     assert asked in alice.get("/approvals/").text
     assert alice.get(f"/approvals/{asked}/").status_code == 200
+
+
+def test_a_deactivated_user_is_sent_back_to_the_sign_in_page_saying_it_did_not_work(live_gateway, idp, teams):
+    sign_in_through_the_provider(idp_browser(live_gateway), "erik")
+    User.objects.filter(idp_links__subject=SUBJECTS["erik"]).update(is_active=False)
+
+    client = idp_browser(live_gateway)
+    landed = sign_in_through_the_provider(client, "erik")
+
+    assert landed.url.path == "/login/" and "Signing in with Example Corp SSO did not work" in landed.text
+    assert client.get("/approvals/").url.path == "/login/"  # not signed in
