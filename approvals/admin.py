@@ -39,8 +39,10 @@ from approvals.models import (
     ConfirmationEvent,
     ConfirmationRequest,
     Grant,
+    IdentityProviderLink,
     Outbox,
     Status,
+    Team,
     ToolCall,
 )
 from channels_ext.base import Callback, get_config_model, secret_keys
@@ -75,6 +77,42 @@ def search_by_uuid(queryset: QuerySet, search_term: str) -> QuerySet:
         return queryset.filter(pk=uuid.UUID(search_term.strip()))
     except ValueError:
         return queryset.none()
+
+
+# From a team-owned model to its team, for the choices the admin offers.
+TEAM_PATHS: dict[type, str] = {Team: "pk", Agent: "team", Channel: "team"}
+
+
+def of_users_teams(model: type, request: HttpRequest) -> QuerySet:
+    return selectors.of_teams(model.objects.all(), request.user, path=TEAM_PATHS[model])
+
+
+class TeamsOnlyFilter(admin.RelatedFieldListFilter):
+    """A filter of agents, channels or teams that lists only the user's teams' (never another team's names)."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> list:
+        allowed = of_users_teams(field.related_model, request).values("pk")
+        ordering = self.field_admin_ordering(field, request, model_admin)
+        return field.get_choices(include_blank=False, limit_choices_to={"pk__in": allowed}, ordering=ordering)
+
+    def has_output(self) -> bool:
+        return True  # applied even with one choice: a filter by a team not offered lists nothing, not everything
+
+
+class TeamScoped:
+    """Staff of a team administer only it; superusers all (docs/approving.md, "Teams"). Rows of other
+    teams are not listed, not found by id (Django's "does not exist"), not reached by an action, and
+    not offered as a choice; `team_path` leads from a row to its team."""
+
+    team_path = "agent__team"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return selectors.of_teams(super().get_queryset(request), request.user, path=self.team_path)  # type: ignore[misc]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.related_model in TEAM_PATHS:
+            kwargs["queryset"] = of_users_teams(db_field.related_model, request)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -197,11 +235,12 @@ def hook_decisions_html(decisions: list[dict[str, Any]]) -> str:
 
 
 @admin.register(ConfirmationRequest)
-class ConfirmationRequestAdmin(ActionsOnlyAdmin):
+class ConfirmationRequestAdmin(TeamScoped, ActionsOnlyAdmin):
     list_display = ("short_id", "status_badge", "agent", "tool_name", "age", "channel", "user_id", "decided_by",
                     "decided_by_name")  # fmt: skip
     list_display_links = ("short_id", "tool_name")
-    list_filter = ("status", "agent", "tool_name", "channel", "created_at")
+    list_filter = ("status", ("agent__team", TeamsOnlyFilter), ("agent", TeamsOnlyFilter), "tool_name",
+                   ("channel", TeamsOnlyFilter), "created_at")  # fmt: skip
     search_fields = ("tool_name", "session_id", "user_id")
     search_help_text = "Search by request id, tool, session or end user."
     list_select_related = ("agent", "channel")
@@ -383,7 +422,8 @@ class ConfirmationRequestAdmin(ActionsOnlyAdmin):
 
 
 @admin.register(ConfirmationEvent)
-class ConfirmationEventAdmin(ReadOnlyAdmin):
+class ConfirmationEventAdmin(TeamScoped, ReadOnlyAdmin):
+    team_path = "confirmation__agent__team"
     list_display = ("created_at", "kind", "actor", "channel", "confirmation_link", "message")
     list_filter = ("kind", "channel", "created_at")
     search_fields = ("actor", "message")
@@ -395,7 +435,8 @@ class ConfirmationEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApproverResponse)
-class ApproverResponseAdmin(ReadOnlyAdmin):
+class ApproverResponseAdmin(TeamScoped, ReadOnlyAdmin):
+    team_path = "confirmation__agent__team"
     list_display = (
         "created_at", "approver", "approver_name", "on_behalf_of_name", "decision", "channel", "confirmation_link", "reason"
     )
@@ -412,10 +453,11 @@ class ApproverResponseAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(ReadOnlyAdmin):
+class ToolCallAdmin(TeamScoped, ReadOnlyAdmin):
     list_display = ("created_at", "agent", "tool_name", "decision", "decided_by_hook", "user_id", "session_id",
                     "outcome", "confirmation_link")  # fmt: skip
-    list_filter = ("decision", "agent", "tool_name", "outcome", "created_at")
+    list_filter = ("decision", ("agent__team", TeamsOnlyFilter), ("agent", TeamsOnlyFilter), "tool_name", "outcome",
+                   "created_at")  # fmt: skip
     search_fields = ("tool_name", "session_id", "user_id", "tool_call_id")
     search_help_text = "Search by tool call id, tool, session or end user."
     list_select_related = ("agent", "confirmation")
@@ -486,12 +528,12 @@ class ToolCallAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Grant)
-class GrantAdmin(ActionsOnlyAdmin):
+class GrantAdmin(TeamScoped, ActionsOnlyAdmin):
     """Approvals for a scope: listed, and revoked here (the revoke action); never edited."""
 
     list_display = ("short_id", "state", "agent", "tool_name", "session_id", "user_id", "scope_label", "granted_by",
                     "granted_by_name", "created_at", "expires_at", "uses")  # fmt: skip
-    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "scope", "agent", "tool_name")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "scope", ("agent", TeamsOnlyFilter), "tool_name")
     search_fields = ("tool_name", "session_id", "user_id", "granted_by", "granted_by_name")
     list_select_related = ("agent", "confirmation")
     actions = ("revoke_selected",)
@@ -539,10 +581,11 @@ class GrantAdmin(ActionsOnlyAdmin):
 
 
 @admin.register(Outbox)
-class OutboxAdmin(ReadOnlyAdmin):
+class OutboxAdmin(TeamScoped, ReadOnlyAdmin):
+    team_path = "confirmation__agent__team"
     list_display = ("id", "kind", "channel", "status", "attempts", "last_error", "next_attempt_at", "created_at",
                     "sent_at", "confirmation_link")  # fmt: skip
-    list_filter = ("status", "kind", "channel")
+    list_filter = ("status", "kind", ("channel", TeamsOnlyFilter))
     search_fields = ("dedupe_key", "last_error")
     list_select_related = ("channel", "confirmation")
 
@@ -567,6 +610,7 @@ def hooks_as_text(hooks: list[dict[str, Any]]) -> str:
 
 
 class AgentForm(forms.ModelForm):
+    # Optional: left out, a new agent is in the default team (`services.agent_create`).
     hooks = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 22, "cols": 90, "spellcheck": "false",
@@ -579,12 +623,14 @@ class AgentForm(forms.ModelForm):
 
     class Meta:
         model = Agent
-        fields = ("name", "read_only")
+        fields = ("name", "team", "read_only")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         current = self.instance.current_config if self.instance.pk else None
         self.fields["hooks"].initial = hooks_as_text(current.hooks if current else [])
+        if "team" in self.fields:
+            self.fields["team"].required = False
         self.validated_hooks: list[Any] = []
 
     def clean_hooks(self) -> str:
@@ -630,23 +676,24 @@ class ApiKeyInline(ReadOnlyInline):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TeamScoped, admin.ModelAdmin):
+    team_path = "team"
     form = AgentForm
-    list_display = ("name", "read_only", "config_version", "live_keys", "created_at")
-    list_filter = ("read_only",)
+    list_display = ("name", "team", "read_only", "config_version", "live_keys", "created_at")
+    list_filter = (("team", TeamsOnlyFilter), "read_only")
     search_fields = ("name",)
     actions = ("read_only_on", "read_only_off")
     inlines = (AgentConfigVersionInline, ApiKeyInline)
 
     def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         if obj is None:
-            return ["name", "read_only", "hooks"]
-        return ["name", "read_only", "config_version", "hooks", "webhook_secret_masked", "created_at"]
+            return ["name", "team", "read_only", "hooks"]
+        return ["name", "team", "read_only", "config_version", "hooks", "webhook_secret_masked", "created_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         if obj is None:
             return ()
-        return ("name", "config_version", "webhook_secret_masked", "created_at")
+        return ("name", "team", "config_version", "webhook_secret_masked", "created_at")
 
     def has_delete_permission(self, request: HttpRequest, obj: Agent | None = None) -> bool:
         return False  # its requests and tool calls are the audit trail
@@ -671,7 +718,9 @@ class AgentAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Agent, form: AgentForm, change: bool) -> None:
         if not change:
-            created = services.agent_create(name=obj.name, read_only=form.cleaned_data["read_only"])
+            created = services.agent_create(
+                name=obj.name, read_only=form.cleaned_data["read_only"], team=form.cleaned_data["team"]
+            )
             obj.pk, obj.webhook_secret, obj.created_at = created.pk, created.webhook_secret, created.created_at
         elif "read_only" in form.changed_data:
             services.agent_set_read_only(agent=obj, read_only=form.cleaned_data["read_only"])
@@ -699,9 +748,9 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentConfigVersion)
-class AgentConfigVersionAdmin(ReadOnlyAdmin):
+class AgentConfigVersionAdmin(TeamScoped, ReadOnlyAdmin):
     list_display = ("agent", "version", "source", "created_at")
-    list_filter = ("agent",)
+    list_filter = (("agent", TeamsOnlyFilter),)
     fields = readonly_fields = ("agent", "version", "source", "created_at", "hooks_pretty")
 
     @admin.display(description="hooks (normalised, as stored)")
@@ -713,9 +762,9 @@ class AgentConfigVersionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ActionsOnlyAdmin):
+class ApiKeyAdmin(TeamScoped, ActionsOnlyAdmin):
     list_display = ("key", "agent", "name", "created_at", "last_used_at", "state")
-    list_filter = ("agent", ("revoked_at", admin.EmptyFieldListFilter))
+    list_filter = (("agent__team", TeamsOnlyFilter), ("agent", TeamsOnlyFilter), ("revoked_at", admin.EmptyFieldListFilter))
     search_fields = ("key_prefix", "name", "agent__name")
     list_select_related = ("agent",)
     actions = ("revoke_selected",)
@@ -781,13 +830,14 @@ def masked_config(channel: Channel) -> dict[str, Any]:
 
 
 @admin.register(Channel)
-class ChannelAdmin(ReadOnlyAdmin):
+class ChannelAdmin(TeamScoped, ReadOnlyAdmin):
     """Channels come from the config file (`manage.py apply_config`); here they are shown with their health."""
 
-    list_display = ("name", "kind", "last_delivery_error", "last_error_at", "settings_masked")
-    list_filter = ("kind",)
+    team_path = "team"
+    list_display = ("name", "kind", "team", "last_delivery_error", "last_error_at", "settings_masked")
+    list_filter = ("kind", ("team", TeamsOnlyFilter))
     search_fields = ("name",)
-    fields = readonly_fields = ("name", "kind", "config_masked", "last_error", "last_error_at", "created_at")
+    fields = readonly_fields = ("name", "kind", "team", "config_masked", "last_error", "last_error_at", "created_at")
 
     @admin.display(description="last delivery error", ordering="last_error_at")
     def last_delivery_error(self, obj: Channel) -> str:
@@ -801,4 +851,58 @@ class ChannelAdmin(ReadOnlyAdmin):
     @admin.display(description="config (secrets masked)")
     def config_masked(self, obj: Channel) -> str:
         return pretty_json(masked_config(obj))
+
+
+# --------------------------------------------------------------------------- teams and sign-in
+
+
+@admin.register(Team)
+class TeamAdmin(TeamScoped, admin.ModelAdmin):
+    """Teams are made and staffed by superusers; a team's staff see their team here."""
+
+    team_path = "pk"
+    list_display = ("name", "everyone", "agent_count", "channel_count", "group_list", "created_at")
+    search_fields = ("name",)
+    filter_horizontal = ("members",)
+    fields = ("name", "everyone", "members", "group_list")
+    readonly_fields = ("group_list",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser and (obj is None or not (obj.agents.exists() or obj.channels.exists()))
+
+    @admin.display(description="agents")
+    def agent_count(self, obj: Team) -> int:
+        return obj.agents.count()
+
+    @admin.display(description="channels")
+    def channel_count(self, obj: Team) -> int:
+        return obj.channels.count()
+
+    @admin.display(description="groups (their members are members; a group's team is set on the group)")
+    def group_list(self, obj: Team) -> str:
+        return ", ".join(obj.groups.values_list("name", flat=True)) if obj.pk else "—"
+
+
+@admin.register(IdentityProviderLink)
+class IdentityProviderLinkAdmin(ReadOnlyAdmin):
+    """Who signed in through the identity provider, as whom (made by the sign-in; deleted with the user)."""
+
+    list_display = ("subject", "user", "email", "issuer", "last_signed_in_at")
+    search_fields = ("subject", "email", "user__username")
+    list_select_related = ("user",)
+    fields = readonly_fields = ("user", "issuer", "subject", "email", "created_at", "last_signed_in_at")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+
 from approvals import people_admin  # noqa: E402,F401  (the people directory's admin)

@@ -49,6 +49,8 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=SLUG, max_length=64)
+    # The team the agent belongs to (docs/approving.md, "Teams"); left out: the default team.
+    team: str = Field(default="default", pattern=SLUG, max_length=64)
     hooks: list[HookConfig] = []
     read_only: bool = False
 

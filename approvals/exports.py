@@ -125,9 +125,13 @@ def audit_records(queryset: QuerySet[ToolCall] | None = None) -> Iterator[dict[s
         yield record
 
 
-def filtered_tool_calls(*, since: dt.datetime | None = None, agent: Any = None) -> QuerySet[ToolCall]:
-    """The tool calls `export_audit --since --agent` names."""
+def filtered_tool_calls(
+    *, since: dt.datetime | None = None, agent: Any = None, team: Any = None
+) -> QuerySet[ToolCall]:
+    """The tool calls `export_audit --since --agent --team` names."""
     queryset = ToolCall.objects.all()
+    if team is not None:
+        queryset = queryset.filter(agent__team=team)
     if since is not None:
         queryset = queryset.filter(created_at__gte=since)
     if agent is not None:

@@ -29,8 +29,61 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
+# The team every agent and channel belongs to unless the config file names another: a single-team
+# install needs no configuration (docs/approving.md, "Teams").
+DEFAULT_TEAM = "default"
+
+
+class Team(models.Model):
+    """Who sees and decides what: agents, channels and groups belong to one team, and a person sees and
+    decides only the requests of their teams' agents, on the page, in the inbox and in the admin
+    (superusers: all). A user is a member directly, through a group of the team (`PeopleGroup.team`:
+    the identity provider's groups claim fills the groups), or — on a team open to everyone, as the
+    default team starts — by signing in."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    everyone = models.BooleanField(
+        default=False,
+        help_text="Every signed-in user is a member (the default team of a single-team install starts so).",
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="gateway_teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IdentityProviderLink(models.Model):
+    """A user signed in through the organisation's identity provider (OpenID Connect): the IdP's
+    subject, which never changes, not the email, which may (docs/approving.md, "Sign-in")."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idp_links")
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    email = models.EmailField(blank=True, help_text="As the identity provider last said.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_signed_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "identity provider link"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_idp_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} @ {self.issuer}"
+
+
+def default_team_id() -> int:
+    """The default team's id (made on first use, open to everyone): what a new agent or channel gets."""
+    team, _ = Team.objects.get_or_create(name=DEFAULT_TEAM, defaults={"everyone": True})
+    return team.pk
+
+
 class Agent(models.Model):
     name = models.SlugField(max_length=64, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, default=default_team_id, related_name="agents")
     read_only = models.BooleanField(
         default=False, help_text="While on, readonly_guard hooks block this agent's write tools."
     )
@@ -100,6 +153,7 @@ class ApiKey(models.Model):
 class Channel(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=20, choices=[(k, k) for k in CHANNEL_KINDS])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, default=default_team_id, related_name="channels")
     config = models.JSONField(default=dict, help_text="The channel's keys from the config file (secrets included).")
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
@@ -624,6 +678,14 @@ class PeopleGroup(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=200, blank=True)
     members = models.ManyToManyField(Person, related_name="groups", blank=True)
+    team = models.ForeignKey(
+        Team,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="groups",
+        help_text="Its members are members of this team (docs/approving.md, \"Teams\"); empty: of none.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

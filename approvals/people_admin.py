@@ -11,11 +11,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
-from approvals import services
-from approvals.models import PeopleGroup, Person, PersonIdentity, StandIn
+from approvals import selectors, services
+from approvals.models import PeopleGroup, Person, PersonIdentity, StandIn, Team
 from approvals.services.people import identity_problem
 from channels_ext.base import CHANNEL_KINDS
 
@@ -88,9 +88,21 @@ class PersonAdmin(admin.ModelAdmin):
 
 @admin.register(PeopleGroup)
 class PeopleGroupAdmin(admin.ModelAdmin):
-    list_display = ("name", "description", "member_count")
+    list_display = ("name", "description", "team", "member_count")
+    list_filter = ("team",)
     search_fields = ("name", "description")
     filter_horizontal = ("members",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """A team's staff see (and change the members of) their teams' groups and groups of no team."""
+        groups = super().get_queryset(request)
+        teams = selectors.team_ids_of(request.user)
+        return groups if teams is None else groups.filter(Q(team__isnull=True) | Q(team__in=teams))
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.related_model is Team:  # a group's members join its team: only a team of one's own
+            kwargs["queryset"] = selectors.of_teams(Team.objects.all(), request.user, path="pk")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     @admin.display(description="members")
     def member_count(self, obj: PeopleGroup) -> int:

@@ -60,6 +60,7 @@ class ApplySummary:
     channels_updated: list[str] = dataclasses.field(default_factory=list)
     agents_created: list[str] = dataclasses.field(default_factory=list)
     agents_new_version: list[str] = dataclasses.field(default_factory=list)
+    agents_moved: list[str] = dataclasses.field(default_factory=list)  # to the team the file names
     unchanged: list[str] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -69,6 +70,7 @@ class ApplySummary:
             ("channels updated", self.channels_updated),
             ("agents created", self.agents_created),
             ("agents with a new hook version", self.agents_new_version),
+            ("agents moved to another team", self.agents_moved),
             ("unchanged", self.unchanged),
         ):
             if names:

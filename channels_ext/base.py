@@ -118,6 +118,8 @@ class ChannelConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_no_null_defaults)
     name: str = Field(pattern=SLUG, max_length=64)
     kind: str
+    # The team the channel belongs to (docs/approving.md, "Teams"); left out: the default team.
+    team: str = Field(default="default", pattern=SLUG, max_length=64)
 
 
 def needed_in_mode(value: Any, info: ValidationInfo, mode: str) -> Any:

@@ -126,6 +126,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "channels_ext.web.sign_in.sign_in_options",
             ],
         },
     },
@@ -248,6 +249,42 @@ try:
     AllowList.parse(GATEWAY_OUTBOUND_ALLOW)
 except ValueError as exc:
     raise ImproperlyConfigured(f"GATEWAY_OUTBOUND_ALLOW: {exc}") from None
+
+# --- Sign-in with the organisation's identity provider (OpenID Connect) ----
+# Off unless GATEWAY_OIDC_CLIENT_ID is set; then the issuer, the secret and the four endpoints (from the
+# IdP's /.well-known/openid-configuration) are required. mozilla-django-oidc reads the OIDC_* names.
+GATEWAY_OIDC_ENABLED = bool(env_str("GATEWAY_OIDC_CLIENT_ID"))
+_OIDC_REQUIRED = {
+    "GATEWAY_OIDC_ISSUER": "GATEWAY_OIDC_ISSUER",
+    "OIDC_RP_CLIENT_ID": "GATEWAY_OIDC_CLIENT_ID",
+    "OIDC_RP_CLIENT_SECRET": "GATEWAY_OIDC_CLIENT_SECRET",
+    "OIDC_OP_AUTHORIZATION_ENDPOINT": "GATEWAY_OIDC_AUTHORIZATION_ENDPOINT",
+    "OIDC_OP_TOKEN_ENDPOINT": "GATEWAY_OIDC_TOKEN_ENDPOINT",
+    "OIDC_OP_USER_ENDPOINT": "GATEWAY_OIDC_USERINFO_ENDPOINT",
+    "OIDC_OP_JWKS_ENDPOINT": "GATEWAY_OIDC_JWKS_ENDPOINT",
+}
+if GATEWAY_OIDC_ENABLED:
+    _missing = [variable for variable in _OIDC_REQUIRED.values() if not env_str(variable)]
+    if _missing:
+        raise ImproperlyConfigured(
+            f"GATEWAY_OIDC_CLIENT_ID is set, so sign-in with the identity provider is on, and it needs "
+            f"{', '.join(_missing)} too (docs/reference/environment.md)"
+        )
+    globals().update({name: env_str(variable) for name, variable in _OIDC_REQUIRED.items()})
+GATEWAY_OIDC_LABEL = env_str("GATEWAY_OIDC_LABEL", "your organisation's sign-in")
+# The claim naming the user's groups (e.g. `groups`); empty: groups are left to the admin.
+GATEWAY_OIDC_GROUPS_CLAIM = env_str("GATEWAY_OIDC_GROUPS_CLAIM", "") or ""
+OIDC_RP_SCOPES = env_str("GATEWAY_OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = env_str("GATEWAY_OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_STORE_ID_TOKEN = False
+OIDC_TIMEOUT = env_int("GATEWAY_OIDC_TIMEOUT_SECONDS", 10)
+LOGIN_REDIRECT_URL = "approval-inbox"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?failed=idp"  # a path: mozilla-django-oidc redirects to it as it is
+AUTHENTICATION_BACKENDS = [
+    *(["channels_ext.web.sign_in.IdentityProviderBackend"] if GATEWAY_OIDC_ENABLED else []),
+    "django.contrib.auth.backends.ModelBackend",  # local passwords stay (`make run`, break-glass admins)
+]
 
 # --- DRF -------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -18,7 +18,7 @@ from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import services
+from approvals import selectors, services
 from approvals.api.schema import error_responses
 from approvals.api.views import StrictSerializer
 from approvals.config_schema import config_json_schema, parse_config_text
@@ -120,7 +120,7 @@ class AgentHooksApi(StaffOnly, APIView):
         responses={200: output, **error_responses(401, 403, 404)}, summary="An agent's current hooks and their version"
     )
     def get(self, request, name):
-        return Response(_agent_config(_agent(name)))
+        return Response(_agent_config(_agent(name, request.user)))
 
     @extend_schema(
         request=AgentHooksInput,
@@ -130,7 +130,7 @@ class AgentHooksApi(StaffOnly, APIView):
     def put(self, request, name):
         if not isinstance(request.data, dict) or set(request.data) != {"hooks"}:
             raise InvalidInput('the body must be a JSON object with one key, "hooks"')
-        agent = _agent(name)
+        agent = _agent(name, request.user)
         try:
             version = services.agent_hooks_apply(
                 agent=agent, hooks=request.data["hooks"], source=f"api:{request.user.get_username()}"
@@ -180,8 +180,9 @@ class ConfigValidateApi(StaffOnly, APIView):
         )
 
 
-def _agent(name: str) -> Agent:
-    agent = Agent.objects.filter(name=name).first()
+def _agent(name: str, user: Any) -> Agent:
+    """The agent named, if it is of one of `user`'s teams (staff of a team administer only it)."""
+    agent = selectors.of_teams(Agent.objects.filter(name=name), user, path="team").first()
     if agent is None:
         raise NotFound(f"no agent named {name!r}")
     return agent

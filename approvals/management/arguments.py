@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from approvals.models import Agent
+from approvals.models import Agent, Team
 
 
 def since_option(raw: str) -> dt.datetime:
@@ -32,3 +32,14 @@ def agent_by_name(name: str | None) -> Agent | None:
         known = ", ".join(Agent.objects.order_by("name").values_list("name", flat=True)) or "none"
         raise CommandError(f"no agent named {name!r}; known agents: {known}")
     return agent
+
+
+def team_by_name(name: str | None) -> Team | None:
+    """The team `--team NAME` names (None for all); a clear error for an unknown name."""
+    if name is None:
+        return None
+    team = Team.objects.filter(name=name).first()
+    if team is None:
+        known = ", ".join(Team.objects.order_by("name").values_list("name", flat=True)) or "none"
+        raise CommandError(f"no team named {name!r}; known teams: {known}")
+    return team

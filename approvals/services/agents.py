@@ -16,14 +16,16 @@ from django.db import transaction
 from approvals import selectors
 from approvals.caches import config_changed
 from approvals.config_schema import GatewayConfig, stored_hooks
-from approvals.models import Agent, AgentConfigVersion, Channel
+from approvals.models import DEFAULT_TEAM, Agent, AgentConfigVersion, Channel, Team
 from approvals.types import ApplySummary
 from hooks.registry import validate_agent_hooks
 
 
-def agent_create(*, name: str, read_only: bool = False) -> Agent:
-    """A new agent with no hooks (every call allowed) until some are applied."""
-    return Agent.objects.create(name=name, read_only=read_only)
+def agent_create(*, name: str, read_only: bool = False, team: Team | None = None) -> Agent:
+    """A new agent with no hooks (every call allowed) until some are applied, in `team` (default: the default team)."""
+    if team is None:
+        return Agent.objects.create(name=name, read_only=read_only)
+    return Agent.objects.create(name=name, read_only=read_only, team=team)
 
 
 @transaction.atomic
@@ -55,29 +57,46 @@ def agent_hooks_apply(*, agent: Agent, hooks: list[Any], source: str) -> AgentCo
 
 @transaction.atomic
 def config_apply(*, config: GatewayConfig, source: str) -> ApplySummary:
-    """Apply a validated config file (`approvals.config_schema`) in one transaction (idempotent)."""
+    """Apply a validated config file (`approvals.config_schema`) in one transaction (idempotent).
+
+    A team the file names is made if missing (a new one is open to nobody until it has members);
+    an agent or a channel that names none is in the default team."""
     summary = ApplySummary()
+    teams: dict[str, Team] = {}
+
+    def team_named(name: str) -> Team:
+        if name not in teams:
+            teams[name] = Team.objects.get_or_create(name=name, defaults={"everyone": name == DEFAULT_TEAM})[0]
+        return teams[name]
+
     for channel_cfg in config.channels:
-        data = channel_cfg.model_dump(exclude={"name", "kind"})
+        data = channel_cfg.model_dump(exclude={"name", "kind", "team"})
+        team = team_named(channel_cfg.team)
         channel, created = Channel.objects.get_or_create(
-            name=channel_cfg.name, defaults={"kind": channel_cfg.kind, "config": data}
+            name=channel_cfg.name, defaults={"kind": channel_cfg.kind, "config": data, "team": team}
         )
         if created:
             summary.channels_created.append(channel.name)
-        elif channel.kind != channel_cfg.kind or channel.config != data:
-            Channel.objects.filter(pk=channel.pk).update(kind=channel_cfg.kind, config=data)
+        elif channel.kind != channel_cfg.kind or channel.config != data or channel.team_id != team.pk:
+            Channel.objects.filter(pk=channel.pk).update(kind=channel_cfg.kind, config=data, team=team)
             summary.channels_updated.append(channel.name)
         else:
             summary.unchanged.append(f"channel {channel.name}")
     for agent_cfg in config.agents:
-        agent, created = Agent.objects.get_or_create(name=agent_cfg.name)
+        team = team_named(agent_cfg.team)
+        agent, created = Agent.objects.get_or_create(name=agent_cfg.name, defaults={"team": team})
         if created:
             summary.agents_created.append(agent.name)
+        moved = agent.team_id != team.pk
+        if moved:
+            Agent.objects.filter(pk=agent.pk).update(team=team)
+            agent.team = team
+            summary.agents_moved.append(agent.name)
         if agent.read_only != agent_cfg.read_only:
             agent_set_read_only(agent=agent, read_only=agent_cfg.read_only)
         hooks = stored_hooks(agent_cfg.hooks)  # type: ignore[arg-type]
         if agent_hooks_apply(agent=agent, hooks=hooks, source=source) is not None:
             summary.agents_new_version.append(agent.name)
-        elif not created:
+        elif not created and not moved:
             summary.unchanged.append(f"agent {agent.name}")
     return summary

@@ -78,8 +78,8 @@ def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationR
     """Who may read a request's page and arguments: staff, and the approvers of its web channels
     (listed by username, or anyone signed in where the list is empty). Everyone else is told the
     request does not exist — its arguments are what an approver is trusted with."""
-    if not user.is_authenticated:
-        return False
+    if not user.is_authenticated or not selectors.team_sees(user, confirmation):
+        return False  # another team's request does not exist for them (docs/approving.md, "Teams")
     if user.is_staff or user.has_perm("approvals.view_confirmationrequest"):
         return True
     username = user.get_username()
@@ -99,8 +99,16 @@ def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationR
 def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> Viewer:
     """Web approvers (usernames in `approvers`, [] = anyone) decide web requests; staff with
     `approvals.change_confirmationrequest` may decide any request (except one made on their own
-    behalf); everyone else only looks."""
+    behalf); everyone else only looks. Nobody decides or sees another team's request."""
     channel_names = web_channel_names(confirmation)
+    if not selectors.team_sees(user, confirmation):
+        return Viewer(
+            can_decide=False,
+            as_admin=False,
+            channel_name=channel_names[0] if channel_names else WEB_PAGE_CHANNEL,
+            why_read_only="This request belongs to another team.",
+            can_view=False,
+        )
     refusal: tuple[str, str] | None = (
         "not_approver",
         f"This request is decided in the {confirmation.channel.name} channel, not on this page.",
@@ -133,11 +141,13 @@ def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Grant]:
     """The live grants this user may see and revoke: those they granted here, and those of requests
     they could have decided (an approver of that gate, or staff). Revoking only takes permission away."""
     now = timezone.now()
-    grants = (
+    grants = selectors.of_teams(
         Grant.objects.select_related("agent", "confirmation__agent", "confirmation__channel", "confirmation__escalate_channel")
         .filter(revoked_at__isnull=True)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .order_by("-created_at")[:200]
-    )
+        .order_by("-created_at"),
+        user,
+        path="agent__team",
+    )[:200]
     mine = f"web:{user.get_username()}"
     return [g for g in grants if g.granted_by == mine or viewer_for(user, g.confirmation).can_decide]

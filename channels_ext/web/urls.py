@@ -1,12 +1,16 @@
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from channels_ext.web import people, views
+from channels_ext.web import people, sign_in, views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approval-inbox", permanent=False)),
     path("login/", views.SignInView.as_view(), name="approval-login"),
     path("logout/", views.SignOutView.as_view(), name="approval-logout"),
+    # Sign-in with the organisation's identity provider (404 unless configured). The names are
+    # mozilla-django-oidc's: it reverses the callback's to build the redirect URI.
+    path("oidc/authenticate/", sign_in.start, name="oidc_authentication_init"),
+    path("oidc/callback/", sign_in.callback, name="oidc_authentication_callback"),
     path("approvals/", views.inbox, name="approval-inbox"),
     path("approvals/decide", views.inbox_decide, name="approval-inbox-decide"),
     path("approvals/grants/<uuid:grant_id>/revoke", views.grant_revoke, name="approval-grant-revoke"),

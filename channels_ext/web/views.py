@@ -55,11 +55,13 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
-    pending = (
+    pending = selectors.of_teams(  # only the user's teams' requests (docs/approving.md, "Teams")
         ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
         .filter(status=Status.PENDING)
-        .order_by("created_at")[:500]
-    )
+        .order_by("created_at"),
+        request.user,
+        path="agent__team",
+    )[:500]
     mine, others = [], []
     with selectors.people_memo():  # who is whom, read once for the whole list
         for confirmation in pending:
@@ -69,12 +71,20 @@ def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
             elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
                 others.append(confirmation)
     username = request.user.get_username()
-    decided = (
+    decided = selectors.of_teams(
         ConfirmationRequest.objects.select_related("agent")
         .filter(decided_by__in=[f"web:{username}", f"admin:{username}"])
-        .order_by("-decided_at")[:20]
-    )
-    context = {"rows": mine, "others": others, "decided": decided, "grants": live_grants_for(request.user)}
+        .order_by("-decided_at"),
+        request.user,
+        path="agent__team",
+    )[:20]
+    context = {
+        "rows": mine,
+        "others": others,
+        "decided": decided,
+        "grants": live_grants_for(request.user),
+        "teams": selectors.team_names_of(request.user),
+    }
     return render(request, "approvals/inbox.html", context, status=status)
 
 
@@ -95,7 +105,7 @@ def inbox_decide(request: HttpRequest) -> HttpResponse:
     left: list[str] = []
     for pk in data["ids"]:
         confirmation = requests.get(uuid.UUID(pk))
-        if confirmation is None:
+        if confirmation is None or not selectors.team_sees(request.user, confirmation):
             left.append(f"{pk[:8]}: no such request")
             continue
         viewer = viewer_for(request.user, confirmation)
@@ -240,6 +250,8 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             raise Http404("no such approval request")
         return question_page(request, question)
     form = DecisionForm(request.POST) if request.method == "POST" else DecisionForm()
+    if request.method == "POST" and not selectors.team_sees(request.user, _get(confirmation_id)):
+        raise Http404("no such approval request")  # another team's: it does not exist for them, nothing recorded
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         # Every click goes through the exactly-once service, which also refuses (and records)

@@ -1,4 +1,4 @@
-"""`python manage.py export_audit --format jsonl|csv [--since DATE] [--agent NAME] [--output FILE]`."""
+"""`python manage.py export_audit --format jsonl|csv [--since DATE] [--agent NAME] [--team NAME] [--output FILE]`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from approvals.exports import FORMATS, audit_records, export_lines, filtered_tool_calls
-from approvals.management.arguments import agent_by_name, since_option
+from approvals.management.arguments import agent_by_name, since_option, team_by_name
 
 PROGRESS_EVERY = 1000
 
@@ -23,10 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=FORMATS, required=True)
         parser.add_argument("--since", type=since_option, help="only tool calls created since DATE (ISO 8601)")
         parser.add_argument("--agent", help="only this agent's tool calls")
+        parser.add_argument("--team", help="only the tool calls of this team's agents")
         parser.add_argument("--output", help="write to this file instead of stdout")
 
-    def handle(self, *args, format: str, since=None, agent=None, output=None, **options):
-        records = audit_records(filtered_tool_calls(since=since, agent=agent_by_name(agent)))
+    def handle(self, *args, format: str, since=None, agent=None, team=None, output=None, **options):
+        records = audit_records(
+            filtered_tool_calls(since=since, agent=agent_by_name(agent), team=team_by_name(team))
+        )
         count, started = 0, time.monotonic()
 
         def counted():

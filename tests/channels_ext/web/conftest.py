@@ -9,6 +9,9 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import apply_config, make_agent_client
+from tests.oidc.provider import LocalProvider
+
 PASSWORD = "correct horse battery staple"
 
 
@@ -137,3 +140,59 @@ def sign_in_from_the_link(page, link: str, username: str) -> None:
     page.fill("#id_password", PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(link)
+
+
+# --------------------------------------------------------------------------- sign-in with an identity provider, teams
+
+TEAMS_CONFIG = """
+channels:
+  - {name: payments-web, kind: web, team: payments}
+  - {name: research-web, kind: web, team: research}
+agents:
+  - name: purchasing-bot
+    team: payments
+    hooks:
+      - {kind: approval_gate, name: finance-gate, tools: ["oa__*"], channel: payments-web, approvers: []}
+  - name: lab-bot
+    team: research
+    hooks:
+      - {kind: approval_gate, name: lab-gate, tools: ["lab__*"], channel: research-web, approvers: []}
+"""
+INVOICE = {"vendor": "ACME Office Supplies", "amount": 1250, "currency": "EUR"}
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(live_gateway):
+    provider = LocalProvider(redirect_uri=f"{live_gateway.url}/oidc/callback/")
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture
+def idp(settings, oidc_provider):
+    """The gateway configured for the local provider, as the GATEWAY_OIDC_* variables configure it."""
+    for name, value in oidc_provider.gateway_settings().items():
+        setattr(settings, name, value)
+    return oidc_provider
+
+
+@pytest.fixture
+def teams(live_gateway, transactional_db):
+    """Two teams whose members come from the IdP's groups (the directory's groups `payments` and
+    `research`, each in its team); the default team closed (teams in use).
+    A payment waits in payments' inbox, a sample order in research's."""
+    from approvals.models import PeopleGroup, Team
+
+    apply_config(TEAMS_CONFIG)
+    Team.objects.update_or_create(name="default", defaults={"everyone": False})
+    PeopleGroup.objects.create(name="payments", team=Team.objects.get(name="payments"))
+    PeopleGroup.objects.create(name="research", team=Team.objects.get(name="research"))
+    purchasing = make_agent_client(live_gateway, "purchasing-bot")
+    lab = make_agent_client(live_gateway, "lab-bot")
+    paying = purchasing.pre_tool_use("oa__purchase_pay", INVOICE).json()["confirmation_id"]
+    sampling = lab.pre_tool_use("lab__order_samples", {"reagent": "Tris-HCl"}).json()["confirmation_id"]
+    yield {"paying": paying, "sampling": sampling, "purchasing": purchasing, "lab": lab}
+    purchasing.http.close()
+    lab.http.close()
+
+
