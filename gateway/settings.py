@@ -226,6 +226,9 @@ GATEWAY_CACHE_MAX_AGE_SECONDS = env_int("GATEWAY_CACHE_MAX_AGE_SECONDS", 5)
 if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_CACHE_MAX_AGE_SECONDS must be 0 or more, got {GATEWAY_CACHE_MAX_AGE_SECONDS}")
 # The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
+# `/metrics` answers only a scraper sending `Authorization: Bearer <this>`; unset: /metrics is off (404).
+GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
+
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
 if GATEWAY_MAX_BODY_BYTES < 1024:
     raise ImproperlyConfigured(f"GATEWAY_MAX_BODY_BYTES must be at least 1024 (bytes), got {GATEWAY_MAX_BODY_BYTES}")
@@ -277,11 +280,23 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "approval-login"
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES  # Django's own check agrees with the ASGI layer's
 
+# `text` (the default, what `make run` prints) or `json`: one JSON object per line, with the request,
+# agent, session, tool and confirmation a line is about (gateway.logs; docs/operating.md, "Logs").
+GATEWAY_LOG_FORMAT = env_str("GATEWAY_LOG_FORMAT", "text")
+if GATEWAY_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"GATEWAY_LOG_FORMAT must be text or json, got {GATEWAY_LOG_FORMAT!r}")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "gateway.logs.json_formatter"},
+    },
+    "filters": {"context": {"()": "gateway.logs.ContextFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": GATEWAY_LOG_FORMAT, "filters": ["context"]}
+    },
     "loggers": {
         "gateway": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
         "approvals": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},

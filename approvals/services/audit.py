@@ -36,7 +36,7 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
@@ -57,6 +57,7 @@ from approvals.models import (
     Grant,
     ToolCall,
 )
+from gateway import metrics
 
 PURGE_BATCH = 1000
 _HEAD = AuditHead._meta.db_table
@@ -140,6 +141,24 @@ def audit_deferred() -> Iterator[None]:
         _append_many(agent_id, [link for owner, link in queued if owner == agent_id])
 
 
+def _count_appended(links: Iterable[dict[str, Any]]) -> None:
+    """`gateway_audit_appends_total`, at commit: entries rolled back were never appended."""
+    tool_calls = events = 0
+    for link in links:
+        if link["tool_call"] is not None:
+            tool_calls += 1
+        else:
+            events += 1
+
+    def count() -> None:
+        if tool_calls:
+            metrics.AUDIT_APPENDS.labels("tool_call").inc(tool_calls)
+        if events:
+            metrics.AUDIT_APPENDS.labels("event").inc(events)
+
+    transaction.on_commit(count)
+
+
 def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
     values = ", ".join(_LINK_VALUES.format(n=n) for n in range(len(links)))
     params: dict[str, Any] = {"agent": agent_id}
@@ -150,6 +169,7 @@ def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.rowcount == 1:
+            _count_appended(links)
             return
         # The agent's first entries: give it a head at the genesis, then append.
         genesis = AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)
@@ -157,6 +177,7 @@ def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
         cursor.execute(sql, params)
         if cursor.rowcount != 1:
             raise RuntimeError(f"could not advance the audit head of agent {agent_id}")
+    _count_appended(links)
 
 
 def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
@@ -188,9 +209,10 @@ def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = N
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("WITH " + _APPEND_SQL.format(source=""), params)
-        return
-    with transaction.atomic(savepoint=False):
-        _append_here(params)
+    else:
+        with transaction.atomic(savepoint=False):
+            _append_here(params)
+    _count_appended([params])
 
 
 def audit_insert_linked(*, insert_sql: str, params: dict[str, Any], agent_id: int, action: str, row: Any) -> bool:
@@ -214,13 +236,16 @@ def audit_insert_linked(*, insert_sql: str, params: dict[str, Any], agent_id: in
         if connection.vendor == "postgresql":
             sql = f"WITH written AS ({insert_sql} RETURNING 1), " + _APPEND_SQL.format(source="FROM written")
             cursor.execute(sql, {**params, **link})
-            return cursor.rowcount == 1
-        with transaction.atomic(savepoint=False):
-            cursor.execute(insert_sql, params)
-            if cursor.rowcount != 1:
-                return False
-            _append_here(link)
-            return True
+            written = cursor.rowcount == 1
+        else:
+            with transaction.atomic(savepoint=False):
+                cursor.execute(insert_sql, params)
+                written = cursor.rowcount == 1
+                if written:
+                    _append_here(link)
+    if written:
+        _count_appended([link])
+    return written
 
 
 def audit_append_many(links: list[tuple[int, str, Any]]) -> None:
@@ -260,6 +285,7 @@ def audit_append_many(links: list[tuple[int, str, Any]]) -> None:
         )  # fmt: skip
         heads[agent_id] = (seq + 1, new)
     AuditEntry.objects.bulk_create(entries)
+    _count_appended({"tool_call": entry.tool_call_id} for entry in entries)
     last = {entry.agent_id: entry for entry in entries}
     AuditHead.objects.bulk_update(
         [AuditHead(agent_id=a, seq=e.seq, hash=e.entry_hash, prev_hash=e.prev_hash) for a, e in last.items()],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -53,10 +54,13 @@ from approvals.services.records import (
 )
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
+from gateway import metrics
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label, pre_tool_use_context
 from hooks.chain import mask_args, run_chain
+
+logger = logging.getLogger("approvals.confirmations")
 
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
@@ -241,6 +245,8 @@ def confirmation_transition(
     )
     if not changed:
         return False
+    # An expiry decided here was asked for by a click on a request past its deadline (`_respond`).
+    _count_decided([confirmation_id], to_status, now=now, expired_by="click" if to_status == Status.EXPIRED else "")
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
         confirmation,
@@ -256,6 +262,30 @@ def confirmation_transition(
     if confirmation.callback_url:
         outbox_add(confirmation, OutboxKind.WEBHOOK, dedupe_key=f"{confirmation.pk}:webhook")
     return True
+
+
+def _count_decided(confirmation_ids: list[Any], outcome: str, *, now: dt.datetime, expired_by: str = "") -> None:
+    """At commit (a rolled-back decision is no decision): how long each request waited for it, by channel
+    (`gateway_decision_seconds`), and the expiries. One read per decision, off the allowed path."""
+    waited = list(
+        ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
+    )
+
+    def count() -> None:
+        for pk, channel, created_at in waited:
+            seconds = (now - created_at).total_seconds()
+            metrics.decided(channel=channel or "", outcome=outcome, seconds=seconds)
+            logger.info(
+                "confirmation %s after %.1f s%s",
+                outcome,
+                seconds,
+                f" ({expired_by})" if expired_by else "",
+                extra={"confirmation_id": str(pk), "channel": channel or "", "outcome": outcome},
+            )
+        if expired_by:
+            metrics.EXPIRIES.labels(expired_by).inc(len(waited))
+
+    transaction.on_commit(count)
 
 
 # (channel name, as staff) of a clicker, judged from the request's row (`confirmation_respond`).
@@ -847,6 +877,7 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             decided_at=now,
             decision_reason=EXPIRED_REASON,
         )
+        _count_decided(ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter")
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids
@@ -901,6 +932,8 @@ def confirmation_remind(*, confirmation_id: Any, now: dt.datetime) -> bool:
         approvals = confirmation.responses.filter(decision="approve").count()
         text += f" ({approvals} of {confirmation.approvals_required} approvals so far)"
     event_record(confirmation, EventKind.REMINDED, actor=SYSTEM_ACTOR, message=text)
+    transaction.on_commit(metrics.REMINDERS.inc)
+    logger.info("reminder queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
     return True
 
@@ -932,6 +965,8 @@ def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
     confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
     text = warning_text(confirmation, now=now)
     event_record(confirmation, EventKind.WARNED, actor=SYSTEM_ACTOR, message=text)
+    transaction.on_commit(metrics.WARNINGS.inc)
+    logger.info("deadline warning queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
     return True
 
@@ -960,5 +995,7 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
     )
     # Its own dedupe key: an escalation to the request's own channel still posts a second card.
     card_add(confirmation, target, dedupe_key=f"{confirmation.pk}:card:{target.name}:escalation")
+    transaction.on_commit(metrics.ESCALATIONS.inc)
+    logger.info("escalated to %s", target.name, extra={"confirmation_id": str(confirmation.pk), "channel": target.name})
     redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:escalated")
     return True

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals.audit import audit_verify
 from approvals.management.arguments import agent_by_name, since_option
+from gateway import metrics
 
 
 class Command(BaseCommand):
@@ -22,6 +23,8 @@ class Command(BaseCommand):
     def handle(self, *args, since=None, agent=None, **options):
         chosen = agent_by_name(agent)
         result = audit_verify(since=since, agent=chosen)
+        # Seen by /metrics when this process shares the servers' PROMETHEUS_MULTIPROC_DIR (docs/operating.md).
+        metrics.audit_verified(ok=result.ok)
         for problem in sorted(result.problems)[:50]:
             self.stderr.write(f"problem: {problem.message}")
         if len(result.problems) > 50:
