@@ -91,6 +91,7 @@ agents:
         tools: ["hold__*"]
         channel: web
         approvers: ["{run.APPROVER}"]
+        timeout_seconds: null   # never expires: the reconnecting waiters re-poll it for the whole run
 """
 KINDS = ("allow", "web", "slack", "expiry", "reconnect")
 # What each kind's latency is: see the module's docstring; `reconnect` is the time beyond the round's timeout.
@@ -155,7 +156,7 @@ class Beat:
 def process_snapshot(name: str, pid: int, *, children: bool = True) -> dict[str, Any]:
     """RSS, threads, open file descriptors and sockets of one process (and its children), from /proc."""
     pids = [pid, *_children(pid)] if children else [pid]
-    rss = threads = fds = sockets = 0
+    rss = pss = threads = fds = sockets = 0
     for p in pids:
         try:
             status = run.proc_status(p)
@@ -163,6 +164,7 @@ def process_snapshot(name: str, pid: int, *, children: bool = True) -> dict[str,
         except (FileNotFoundError, ProcessLookupError):
             continue
         rss += status["rss_kib"]
+        pss += _pss_kib(p)
         threads += status["threads"]
         links = []
         for fd in fd_names:
@@ -172,8 +174,20 @@ def process_snapshot(name: str, pid: int, *, children: bool = True) -> dict[str,
                 pass
         fds += len(links)
         sockets += sum(1 for link in links if link.startswith("socket:"))
-    return {"process": name, "pids": len(pids), "rss_mib": round(rss / 1024, 1), "threads": threads, "fds": fds,
-            "sockets": sockets}  # fmt: skip
+    return {"process": name, "pids": len(pids), "rss_mib": round(rss / 1024, 1), "pss_mib": round(pss / 1024, 1),
+            "threads": threads, "fds": fds, "sockets": sockets}  # fmt: skip
+
+
+def _pss_kib(pid: int) -> int:
+    """Proportional set size: shared pages (PostgreSQL's shared buffers) counted once across processes."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
 
 
 def _children(pid: int) -> list[int]:
@@ -499,11 +513,11 @@ def minute_table(rows: list[dict[str, Any]]) -> str:
 
 
 def process_table(start: list[dict[str, Any]], end: list[dict[str, Any]]) -> str:
-    lines = ["| process | RSS MiB start → end | threads | fds | sockets |", "|---|---|---|---|---|"]
+    lines = ["| process | RSS MiB | PSS MiB | threads | fds | sockets |", "|---|---|---|---|---|---|"]
     for a, b in zip(start, end, strict=True):
         lines.append(
-            f"| {a['process']} | {a['rss_mib']} → {b['rss_mib']} | {a['threads']} → {b['threads']} | "
-            f"{a['fds']} → {b['fds']} | {a['sockets']} → {b['sockets']} |"
+            f"| {a['process']} | {a['rss_mib']} → {b['rss_mib']} | {a['pss_mib']} → {b['pss_mib']} | "
+            f"{a['threads']} → {b['threads']} | {a['fds']} → {b['fds']} | {a['sockets']} → {b['sockets']} |"
         )
     return "\n".join(lines)
 

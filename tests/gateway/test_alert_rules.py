@@ -1,10 +1,11 @@
 """The example Prometheus alert rules (examples/prometheus/gateway-alerts.yml, shown in docs/operating.md)
-pass Prometheus's own checker, fire as their unit tests say, and are each listed in the docs.
+pass Prometheus's own checker, fire as their unit tests say, are each listed in the docs and read only metrics the docs list.
 
 promtool comes from Debian's prometheus package (`scripts/ensure-promtool.sh`, run by `make test`)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -46,3 +47,13 @@ def test_the_docs_list_every_alert():
 
     assert len(rules) == 13
     assert [rule["alert"] for rule in rules if f"| `{rule['alert']}` |" not in operating] == []
+
+
+def test_the_rules_use_only_metrics_the_gateway_documents():
+    operating = (ROOT / "docs" / "operating.md").read_text()
+    rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    used = {name.removesuffix("_bucket") for rule in rules for name in re.findall(r"\b(gateway_[a-z_]+)", rule["expr"])}
+    documented = set(re.findall(r"^\| `(gateway_[a-z_]+)` \|", operating, flags=re.MULTILINE))
+
+    assert len(used) == 10
+    assert used - documented == set()

@@ -8,8 +8,8 @@ crash would stop it, the replica is promoted, and then:
 
 - the allowed path answers again within seconds of the promotion, and every call after that
   succeeds (no stale pooled connection fails a request);
-- while no primary is reachable the agent API answers 503 `database_unavailable` with
-  Retry-After (never a 500), so clients retry;
+- while no primary is reachable the agent API (its ASGI hot paths and its DRF views alike)
+  answers 503 `database_unavailable` with Retry-After (never a 500), so clients retry;
 - the LISTEN connection is re-established on the new primary, and a waiting agent is woken by a
   decision made after the failover at once (the periodic re-check is off: only the notification
   can wake it);
@@ -54,7 +54,7 @@ agents:
         tools: ["quick__*"]
         channel: web
         approvers: ["alice"]
-        timeout_seconds: 10
+        timeout_seconds: 15
 """
 
 pytestmark = pytest.mark.skipif(not Path("/usr/lib/postgresql").exists(), reason="needs PostgreSQL server binaries")
@@ -256,16 +256,16 @@ def _failover_scenario(gateway: Gateway, pair: PgPair, key: str, other_key: str)
     wait_until(lambda: waiting["before"].final, timeout=15, what="the first waiter to be told")
     assert waiting["before"].final["status"] == "approved"
 
+    # Busy before the crash: the pool holds a connection per concurrent call, all to the old primary.
+    with concurrent.futures.ThreadPoolExecutor(16) as burst:
+        assert all(burst.map(lambda _: allowed_call_ok(), range(64)))
+
     quick = ask("quick__deploy", target="prod")
     assert quick.status_code == 200 and quick.json()["decision"] == "pending", quick.text
     quick_id = quick.json()["confirmation_id"]
     first = agent.get(f"/api/v1/confirmations/{quick_id}/wait", params={"timeout": 0}).json()
     deadline = _moment(first["expires_at"])
     waiting["quick"] = WaitingAgent(gateway.url, other_key, quick_id)
-
-    # Busy before the crash: the pool holds a connection per concurrent call, all to the old primary.
-    with concurrent.futures.ThreadPoolExecutor(16) as burst:
-        assert all(burst.map(lambda _: allowed_call_ok(), range(64)))
 
     # The last decision before the crash: answered, so committed on the synchronous replica too.
     alice.approve(pending["at_crash"])
@@ -277,6 +277,9 @@ def _failover_scenario(gateway: Gateway, pair: PgPair, key: str, other_key: str)
     assert down.status_code == 503, down.text
     assert down.json()["error"]["code"] == "database_unavailable"
     assert down.headers["retry-after"] == "1"
+    detail = agent.get(f"/api/v1/confirmations/{pending['after']}")  # a DRF view, served by Django
+    assert (detail.status_code, detail.json()["error"]["code"]) == (503, "database_unavailable"), detail.text
+    assert detail.headers["retry-after"] == "1"
 
     # The quick request's deadline passes while there is no primary; then the replica is promoted.
     assert stopped < deadline, "the machine is too slow for this scenario: the deadline passed before the crash"
