@@ -27,7 +27,6 @@ from approvals.models import (
     Outbox,
     OutboxKind,
     OutboxStatus,
-    PeopleGroup,
     Person,
     PersonIdentity,
     StandIn,
@@ -364,14 +363,14 @@ def person_key_by_email(email: str) -> str | None:
     return None if found is None else f"person:{found}"
 
 
-def people_entry_problem(entry: str) -> str | None:
-    """Why a `group:` / `person:` approver entry names nobody now (for `check_config`); None if it does."""
-    kind, _, name = entry.partition(":")
-    if kind == "group" and not PeopleGroup.objects.filter(name=name).exists():
-        return f"no group named {name!r}"
-    if kind == "person" and not Person.objects.filter(email__iexact=name).exists():
-        return f"no person with the e-mail {name!r}"
-    return None
+def linked_identities(*, user: Any) -> list[str]:
+    """The chat identities linked to a signed-in user's person, sorted."""
+    return list(PersonIdentity.objects.filter(person__user=user).order_by("identity").values_list("identity", flat=True))
+
+
+def channels_sending_direct_messages() -> list[str]:
+    """The names of the configured channels whose adapter can send one person a link (`sends_direct_messages`)."""
+    return [c.name for c in Channel.objects.order_by("name") if channel_adapter(c).sends_direct_messages]
 
 
 def _native_ids(people: list[Person], kind: str) -> list[str]:

@@ -70,6 +70,22 @@ GATEWAY_PUBLIC_URL = (env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8000") or 
 GATEWAY_CONFIG = env_str("GATEWAY_CONFIG")
 CSRF_TRUSTED_ORIGINS = [GATEWAY_PUBLIC_URL]
 
+# --- HTTPS (docs/operating.md, "Production settings") ------------------------
+# On when the public URL is https: the gateway then sits behind a TLS-terminating proxy that sets
+# X-Forwarded-Proto (and overwrites any the client sent). Cookies are sent over HTTPS only, plain HTTP
+# is redirected (but the health probes, which load balancers send over HTTP) and browsers are told
+# to keep to HTTPS (HSTS). `manage.py check --deploy` is clean with it on.
+GATEWAY_HTTPS = env_bool("GATEWAY_HTTPS", GATEWAY_PUBLIC_URL.startswith("https://"))
+if GATEWAY_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("GATEWAY_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("GATEWAY_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GATEWAY_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("GATEWAY_HSTS_PRELOAD", True)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -117,9 +133,33 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gateway.sqlite3'}")
+
+
+def _postgres_multi_host(url: str) -> dict:
+    """A PostgreSQL URL naming several hosts (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+    read by libpq itself: dj-database-url takes one host only. Django hands HOST and PORT (comma-separated
+    lists) and the other parameters to psycopg as they are, and libpq tries the hosts in turn."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", ""),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
+    }
+
+
 try:
-    _db = dj_database_url.parse(DATABASE_URL)
-except Exception as exc:  # dj-database-url raises several types on junk
+    _scheme, _, _rest = DATABASE_URL.partition("://")
+    if _scheme in ("postgres", "postgresql") and "," in _rest.partition("/")[0]:
+        _db = _postgres_multi_host(DATABASE_URL)
+    else:
+        _db = dj_database_url.parse(DATABASE_URL)
+except Exception as exc:  # dj-database-url and libpq raise several types on junk
     raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE transactions let the server, worker and beat share one file.

@@ -44,7 +44,7 @@ from django.db import connection
 
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
-from approvals.api.errors import error_body
+from approvals.api.errors import RETRY_AFTER_SECONDS, database_unavailable_body, error_body, is_database_unavailable
 from approvals.api.parsing import JSON_MEDIA_TYPES, YAML_MEDIA_TYPES, json_loads, media_type
 from approvals.api.views import PreToolUseApi
 from approvals.caches import KeyHolder, StaleCache, cache
@@ -159,7 +159,10 @@ class AgentApiMiddleware:
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
                 return await _send_refusal(send, exc, scope)
-            except Exception:  # e.g. the database unreachable: still the API's error shape
+            except Exception as exc:  # e.g. the database unreachable: still the API's error shape
+                if is_database_unavailable(exc):
+                    logger.warning("%s %s: the database is unavailable (%s)", method, path, exc)
+                    return await _send_unavailable(send)
                 logger.exception("%s %s failed", method, path)
                 return await _send_json(send, 500, error_body("internal_error", "the gateway failed; see its log"))
         try:
@@ -283,7 +286,11 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
     except GatewayError as exc:
         await _send_json(send, exc.status, error_body(exc.code, exc.message, exc.details))
         return True
-    except Exception:
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            logger.warning("pre-tool-use for agent %s: the database is unavailable (%s)", holder.agent_name, exc)
+            await _send_unavailable(send)
+            return True
         logger.exception("pre-tool-use failed for agent %s", holder.agent_name)
         await _send_json(send, 500, error_body("internal_error", "the gateway failed while deciding; see its log"))
         return True
@@ -425,13 +432,20 @@ class _CapturedResponse:
         await send({"type": "http.response.body", "body": bytes(self.body)})
 
 
-async def _send_json(send, status: int, data: dict[str, Any], *, close: bool = False) -> None:
+async def _send_json(
+    send, status: int, data: dict[str, Any], *, close: bool = False, extra: list[tuple[bytes, bytes]] = ()
+) -> None:
     body = json.dumps(data).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_unavailable(send) -> None:
+    """503 database_unavailable with Retry-After: nothing was decided; the same request may be sent again."""
+    await _send_json(send, 503, database_unavailable_body(), extra=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
 
 
 async def _send_refusal(send, refused: GatewayError, scope) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core import signing
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from approvals import selectors
@@ -114,7 +116,7 @@ def person_for_user(*, user: AbstractBaseUser) -> Person:
         return Person.objects.get(user=user)
 
 
-def person_link_offer(*, user: AbstractBaseUser, channel_name: str, account: str, base_url: str) -> str:
+def person_link_offer(*, user: AbstractBaseUser, channel_name: str, account: str) -> str:
     """Post a one-time link to `account` on `channel_name` that, opened by `user` signed in, links that
     account to `user`'s person. Returns the identity it will link. Nothing is linked yet: only someone
     who can read that account's messages and is signed in as `user` can finish it."""
@@ -135,7 +137,7 @@ def person_link_offer(*, user: AbstractBaseUser, channel_name: str, account: str
     token = LinkToken.objects.create(
         person=person, identity=identity, expires_at=timezone.now() + dt.timedelta(minutes=LINK_TOKEN_MINUTES)
     )
-    url = f"{base_url.rstrip('/')}/people/link/{signing.dumps(str(token.pk), salt=_LINK_SALT)}/"
+    url = settings.GATEWAY_PUBLIC_URL + reverse("people-link-finish", args=[signing.dumps(str(token.pk), salt=_LINK_SALT)])
     text = (
         f"Someone signed in to the approval gateway as {user.get_username()} asked to link this account to them. "
         f"If that is you, open {url} while signed in (valid {LINK_TOKEN_MINUTES} minutes, once). If not, ignore this."
