@@ -410,3 +410,38 @@ agents:
     state = agent.wait(confirmation_id, timeout=5).json()
     assert (state["status"], state["decided_by"], state["decided_by_name"]) == ("approved", "web:sam", "Sam Standin on behalf of Ada Away")
     assert "Sam Standin on behalf of Ada Away (web:sam)" in page.get(f"/approvals/{confirmation_id}/").text
+
+
+def test_an_escalation_to_a_group_routes_to_its_members_on_the_on_call_channel(live_gateway):
+    from approvals.tasks import run_timers
+    from tests.conftest import decide
+
+    dave = Person.objects.create(display_name="Dave Duty", email="dave@example.com", user=User.objects.create_user("dave"))
+    PeopleGroup.objects.create(name="on-call").members.add(dave)
+    apply_config(
+        f"""
+channels: [{{name: web, kind: web}}, {{name: web-oncall, kind: web}}]
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: web
+        approvers: [alice]
+        escalate_after_seconds: 1800
+        escalate_to: {{channel: web-oncall, approvers: ["group:on-call"]}}
+"""
+    )
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 5}).json()["confirmation_id"]
+    request = ConfirmationRequest.objects.get(pk=confirmation_id)
+    assert (request.escalate_approvers, request.escalate_approver_people["people"]) == (["dave"], {dave.key: "Dave Duty"})
+    assert decide(confirmation_id, "approve", actor="dave", channel="web-oncall").code == "not_approver"  # not yet
+
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(escalate_at=timezone.now() - dt.timedelta(seconds=1))
+    assert run_timers.apply().get()["escalated"] == 1
+
+    assert decide(confirmation_id, "approve", actor="dave", channel="web-oncall").code == "decided"
+    state = agent.wait(confirmation_id, timeout=5).json()
+    assert (state["decided_by"], state["decided_by_name"]) == ("web:dave", "Dave Duty")
