@@ -7,6 +7,7 @@ Feishu `mode: long_connection`), `manage.py channel_connections` runs too."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,13 @@ def main() -> int:
     env.setdefault("GATEWAY_PUBLIC_URL", f"http://{HOST}:{PORT}")
     # On one's own machine the demo's webhooks and tools are local: let the gateway call loopback.
     env.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+    # With metrics on (GATEWAY_METRICS_TOKEN), /metrics adds up the server's, the worker's and beat's
+    # counts: they share a directory, emptied at each start (docs/operating.md, "Metrics").
+    if env.get("GATEWAY_METRICS_TOKEN") and not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = Path(env.get("GATEWAY_VAR_DIR") or ROOT / "var") / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(

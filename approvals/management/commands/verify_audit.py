@@ -24,7 +24,7 @@ class Command(BaseCommand):
         chosen = agent_by_name(agent)
         result = audit_verify(since=since, agent=chosen)
         # Seen by /metrics when this process shares the servers' PROMETHEUS_MULTIPROC_DIR (docs/operating.md).
-        metrics.audit_verified(ok=result.ok)
+        metrics.audit_verified(ok=result.ok, partial=since is not None or chosen is not None)
         for problem in sorted(result.problems)[:50]:
             self.stderr.write(f"problem: {problem.message}")
         if len(result.problems) > 50:
