@@ -476,6 +476,14 @@ def _person_of(identity: str) -> str:
     return identity
 
 
+def person_name(person: str) -> str:
+    """The display name of a directory person (`person:<id>`); "" for any other key."""
+    kind, _, pk = person.partition(":")
+    if kind != "person" or not pk.isdigit():
+        return ""
+    return Person.objects.filter(pk=int(pk)).values_list("display_name", flat=True).first() or ""
+
+
 def owner_of(user_id: str) -> str | None:
     """The person a call's `user_id` names, as `person_of` keys them; None if it names nobody known.
 

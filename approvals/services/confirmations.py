@@ -582,6 +582,9 @@ def _respond(
         return outcome(True, "would_apply", "")
 
     person = selectors.person_of(actor)
+    # A person of the directory is named as the directory names them, whichever identity answered.
+    name = selectors.person_name(person) or name
+    who = {**who, "name": name}
     # A stand-in answers for the person they stand in for (docs/approving.md, "Stand-ins").
     behalf = None if as_admin else selectors.stand_in_for(selectors.routed_people(confirmation, channel_name=channel_name), person=person)
     if (answered := _answered_for(confirmation, person=person, behalf=behalf)) is not None:

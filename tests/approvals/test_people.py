@@ -320,7 +320,7 @@ def test_on_slack_a_stand_in_answers_once_for_the_person_they_stand_in_for(
     click(live_gateway, fake_slack, card, ALICE, "approve", note_to="alice")  # Alice herself: already counted
 
     assert wait_until(lambda: notes_to(fake_slack, "alice"))[-1]["text"] == (
-        "mallory has already answered this request on your behalf; one person counts once."
+        "Mallory M has already answered this request on your behalf; one person counts once."
     )
     assert list(ApproverResponse.objects.values_list("approver", "on_behalf_of_name")) == [(f"slack:{MALLORY.id}", "Alice Adams")]
     assert ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="response").data["on_behalf_of_name"] == "Alice Adams"
@@ -343,7 +343,7 @@ def test_on_slack_a_stand_ins_decision_reads_on_behalf_of_on_the_card(fake_slack
     decided = wait_until(lambda: [u for u in card_updates(fake_slack, card) if u["text"].startswith("✅ Approved")])
     assert decided[-1]["text"].startswith(f"✅ Approved by <@{MALLORY.id}> on behalf of Alice Adams at ")
     state = agent.wait(confirmation_id, timeout=5).json()
-    assert (state["decided_by"], state["decided_by_name"]) == (f"slack:{MALLORY.id}", "mallory on behalf of Alice Adams")
+    assert (state["decided_by"], state["decided_by_name"]) == (f"slack:{MALLORY.id}", "Mallory M on behalf of Alice Adams")
 
 
 def test_a_stand_in_whose_window_has_closed_is_refused(fake_slack, live_gateway, celery_worker, finance):
@@ -408,5 +408,40 @@ agents:
 
     assert SignedIn.messages(approved) == ["Approved."]
     state = agent.wait(confirmation_id, timeout=5).json()
-    assert (state["status"], state["decided_by"], state["decided_by_name"]) == ("approved", "web:sam", "sam on behalf of Ada Away")
-    assert "sam on behalf of Ada Away (web:sam)" in page.get(f"/approvals/{confirmation_id}/").text
+    assert (state["status"], state["decided_by"], state["decided_by_name"]) == ("approved", "web:sam", "Sam Standin on behalf of Ada Away")
+    assert "Sam Standin on behalf of Ada Away (web:sam)" in page.get(f"/approvals/{confirmation_id}/").text
+
+
+def test_an_escalation_to_a_group_routes_to_its_members_on_the_on_call_channel(live_gateway):
+    from approvals.tasks import run_timers
+    from tests.conftest import decide
+
+    dave = Person.objects.create(display_name="Dave Duty", email="dave@example.com", user=User.objects.create_user("dave"))
+    PeopleGroup.objects.create(name="on-call").members.add(dave)
+    apply_config(
+        f"""
+channels: [{{name: web, kind: web}}, {{name: web-oncall, kind: web}}]
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: finance-gate
+        tools: ["{TOOL}"]
+        channel: web
+        approvers: [alice]
+        escalate_after_seconds: 1800
+        escalate_to: {{channel: web-oncall, approvers: ["group:on-call"]}}
+"""
+    )
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 5}).json()["confirmation_id"]
+    request = ConfirmationRequest.objects.get(pk=confirmation_id)
+    assert (request.escalate_approvers, request.escalate_approver_people["people"]) == (["dave"], {dave.key: "Dave Duty"})
+    assert decide(confirmation_id, "approve", actor="dave", channel="web-oncall").code == "not_approver"  # not yet
+
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(escalate_at=timezone.now() - dt.timedelta(seconds=1))
+    assert run_timers.apply().get()["escalated"] == 1
+
+    assert decide(confirmation_id, "approve", actor="dave", channel="web-oncall").code == "decided"
+    state = agent.wait(confirmation_id, timeout=5).json()
+    assert (state["decided_by"], state["decided_by_name"]) == ("web:dave", "Dave Duty")

@@ -454,12 +454,13 @@ class PeopleContract:
         told = driver.click(card, stand_in, "approve")
 
         assert told.taken
-        by = dataclasses.replace(stand_in, name=f"{stand_in.name} on behalf of Ada Away")
+        # Named as the directory names them, on whose behalf beside it.
+        by = dataclasses.replace(stand_in, name="Sam Standin on behalf of Ada Away")
         answer = waiting.result(timeout=20).json()
         assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {by.label}")
         response = ApproverResponse.objects.get(confirmation_id=confirmation_id)
         assert (response.approver, response.approver_name, response.on_behalf_of, response.on_behalf_of_name) == (
-            stand_in.decided_by, stand_in.name, ada.key, "Ada Away"
+            stand_in.decided_by, "Sam Standin", ada.key, "Ada Away"
         )  # fmt: skip
         event = ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="approved")
         assert (event.actor, event.data["on_behalf_of_name"], event.data["name"]) == (stand_in.decided_by, "Ada Away", by.name)
