@@ -185,6 +185,9 @@ class ConfirmationRequest(models.Model):
     escalated_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -230,6 +233,9 @@ class ApproverResponse(models.Model):
     reason = models.TextField(blank=True)
     channel = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at"]
@@ -385,6 +391,9 @@ class Grant(models.Model):
     revoked_by = models.CharField(max_length=200, blank=True)
     uses = models.PositiveIntegerField(default=0)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -456,8 +465,9 @@ class AuditEntry(models.Model):
     """One link of an agent's chain: what one write of a chained row said, hashed.
 
     `content_hash` is the SHA-256 of the row's canonical content just after the
-    write; `entry_hash` covers the agent, `seq`, the action, the row and
-    `content_hash`, and `prev_hash` (the entry before it, or the checkpoint the
+    write; `entry_hash` is an HMAC-SHA256, under the audit key named `key_id`
+    (never stored in the database), of the agent, `seq`, the action, the row,
+    `content_hash` and `prev_hash` (the entry before it, or the checkpoint the
     chain was cut at). Append-only: `approvals.services.audit` writes entries,
     `approvals.audit.audit_verify` walks them. The row references carry no
     database constraint on purpose: a row deleted behind the gateway's back must
@@ -476,7 +486,8 @@ class AuditEntry(models.Model):
     )
     content_hash = models.CharField(max_length=64)
     prev_hash = models.CharField(max_length=64)
-    entry_hash = models.CharField(max_length=64)
+    entry_hash = models.CharField(max_length=64)  # HMAC-SHA256 under the audit key `key_id` (docs/audit.md)
+    key_id = models.CharField(max_length=32)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -29,6 +29,11 @@ def main() -> int:
     env.setdefault("GATEWAY_PUBLIC_URL", f"http://{HOST}:{PORT}")
     # On one's own machine the demo's webhooks and tools are local: let the gateway call loopback.
     env.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+    # Without GATEWAY_AUDIT_KEY the audit is signed with the published development key: fine on one's
+    # own machine, refused anywhere else (docs/audit.md).
+    if not env.get("GATEWAY_AUDIT_KEY"):
+        env.setdefault("GATEWAY_ALLOW_DEV_AUDIT_KEY", "1")
+        print("make run: GATEWAY_AUDIT_KEY is not set; signing the audit with the DEVELOPMENT key (not for production)")
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(

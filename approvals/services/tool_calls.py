@@ -35,7 +35,6 @@ from approvals.errors import IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
-from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
@@ -204,10 +203,7 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
             )
             where += f" AND {unchanged}"
             params.update(more)
-    sql, values = insert_statement(record, where=where)
-    if not audit_insert_linked(
-        insert_sql=sql, params={**values, **params}, agent_id=record.agent_id, action=AuditAction.ASKED, row=record
-    ):
+    if not audit_insert_linked(row=record, where=where, params=params, agent_id=record.agent_id, action=AuditAction.ASKED):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
 

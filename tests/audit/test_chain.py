@@ -18,6 +18,7 @@ from approvals.services.audit import audit_deferred
 from approvals.models import Agent, AuditEntry, AuditHead, ConfirmationEvent, ConfirmationRequest, ToolCall
 from tests.audit.support import agents, some_history, verify, verify_fails
 from tests.conftest import apply_config
+from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -239,7 +240,7 @@ def test_requests_expired_together_are_linked_into_each_agents_chain():
         services.tool_call_pre(agent=agent, session_id=f"x-{i}", tool_name="pay", tool_args={"i": i}).confirmation_id
         for i, agent in enumerate([second, first, second, first, second])
     ]
-    ConfirmationRequest.objects.filter(pk__in=asked).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    rewrite_request(list(asked), expires_at=timezone.now() - dt.timedelta(seconds=1))
 
     expired = services.confirmations_expire()  # one transaction, the events linked in bulk
 
