@@ -205,6 +205,25 @@ def entry_hash(*, agent_id: int, seq: int, tail: str, prev_hash: str, key_id: st
     return _mac(key, f"{key_id}|{agent_id}|{seq}|{tail}|{prev_hash}")
 
 
+def chained_row_verifies(source: str, row: Any) -> bool:
+    """Whether a chained row (a `ToolCall`, as read) is what the latest entry about it recorded, and that
+    entry is signed: what a repeat ask answers from (one indexed read)."""
+    link = {"tool_call": "tool_call_id", "event": "event_id"}[source]
+    row_id = row["id"] if isinstance(row, Mapping) else row.pk
+    entry = (
+        AuditEntry.objects.filter(**{link: row_id})
+        .order_by("-seq")
+        .values("agent_id", "seq", "action", "content_hash", "prev_hash", "entry_hash", "key_id")
+        .first()
+    )
+    if entry is None or _audit_key(entry["key_id"]) is None:
+        return False
+    tail = entry_tail(action=entry["action"], source=source, source_id=row_id, content=entry["content_hash"])
+    signed = entry_hash(agent_id=entry["agent_id"], seq=entry["seq"], tail=tail, prev_hash=entry["prev_hash"],
+                        key_id=entry["key_id"])  # fmt: skip
+    return hmac.compare_digest(signed, entry["entry_hash"]) and content_hash(source, row) == entry["content_hash"]
+
+
 def entry_source(entry: AuditEntry | Mapping[str, Any]) -> tuple[str, Any]:
     """(source, id) of the row an entry is about."""
     get = entry.get if isinstance(entry, Mapping) else lambda f: getattr(entry, f)

@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +30,7 @@ from django.db.models import Exists
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.audit import chained_row_verifies
 from approvals.arguments import args_fingerprint, editable_paths, mask_record, masked_paths, replayed_args
 from approvals.caches import StaleCache, cache
 from approvals.errors import IdempotencyMismatch
@@ -40,6 +42,8 @@ from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
 from hooks.chain import run_chain
+
+logger = logging.getLogger("approvals.audit")
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
@@ -297,6 +301,14 @@ def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> P
             details={"tool_call": str(call.id)},
         )
     stored = call.response or {}
+    if not chained_row_verifies("tool_call", call) and not _verifies_afresh(call):
+        # The record the answer would come from was changed behind the gateway's back (docs/audit.md).
+        logger.error("tool call %s does not verify against its audit entry: its repeat ask is denied", call.pk)
+        return PreToolUseAnswer(
+            decision="deny", tool_args=tool_args, reason=selectors.UNVERIFIED_REASON,
+            side_effects=[IDEMPOTENT_REPLAY], hook_decisions=stored.get("hook_decisions", []),
+            confirmation_id=str(call.confirmation_id) if call.confirmation_id else None,
+        )  # fmt: skip
     args, lost = _replayed_args(call, stored, own_args=tool_args)
     window = dt.timedelta(seconds=settings.GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS)
     if call.outcome == "success" and call.completed_at and timezone.now() - call.completed_at <= window:
@@ -322,6 +334,12 @@ def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> P
             hook_decisions=stored.get("hook_decisions", []),
         )
     return selectors.unless_unrestorable(answer, lost)
+
+
+def _verifies_afresh(call: ToolCall) -> bool:
+    """The call read again and checked again: a completion may have committed between the two reads."""
+    call.refresh_from_db()
+    return chained_row_verifies("tool_call", call)
 
 
 def _replayed_args(
