@@ -17,8 +17,11 @@ os.environ.setdefault("GATEWAY_VAR_DIR", os.path.join(os.path.dirname(os.path.di
 # Under pytest-xdist (`make test` runs `-n`), worker gwN gets its own test database (pytest-django
 # suffixes the name), its own pair of Redis databases, channel-layer prefix and var directory, so
 # workers never see each other's cache entries, wake-ups, Celery queue or files.
+# Applied once: a process the tests start (`manage.py channel_connections`) inherits the worker's
+# environment already set, and must land on the same var dir (its secret key signs the buttons).
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _WORKER.startswith("gw"):
+if _WORKER.startswith("gw") and os.environ.get("GATEWAY_TEST_WORKER") != _WORKER:
+    os.environ["GATEWAY_TEST_WORKER"] = _WORKER
     _n = int(_WORKER[2:])
 
     def _redis_db(url: str, db: int) -> str:
