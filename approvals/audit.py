@@ -60,7 +60,6 @@ TOOL_CALL_FIELDS = (
 )  # fmt: skip
 EVENT_FIELDS = ("id", "confirmation_id", "kind", "actor", "channel", "message", "data", "created_at")
 
-SOURCES = {"tool_call": TOOL_CALL_FIELDS, "event": EVENT_FIELDS}
 
 # What `decision_mac` signs of each decision row: the fields that decide what an agent is answered or
 # whether a click may decide. ONE tuple per model: a field that comes to decide (a person, an answer)
@@ -78,6 +77,29 @@ GRANT_SIGNED = (
     "id", "agent_id", "session_id", "user_id", "tool_name", "gate", "args_fingerprint", "scope", "minutes",
     "expires_at", "granted_by", "confirmation_id", "revoked_at",
 )  # fmt: skip
+# Every chained source: what is hashed of its rows (for a decision row, what its MAC signs), and the
+# entry column that names the row.
+SOURCES = {
+    "tool_call": TOOL_CALL_FIELDS,
+    "event": EVENT_FIELDS,
+    "request": REQUEST_SIGNED,
+    "response": ("id", *RESPONSE_SIGNED),
+    "grant": GRANT_SIGNED,
+}
+LINKS = {
+    "tool_call": "tool_call_id",
+    "event": "event_id",
+    "request": "confirmation_id",
+    "response": "response_id",
+    "grant": "grant_id",
+}
+SOURCE_OF: dict[type, str] = {
+    ToolCall: "tool_call",
+    ConfirmationEvent: "event",
+    ConfirmationRequest: "request",
+    ApproverResponse: "response",
+    Grant: "grant",
+}
 SIGNED: dict[type, tuple[str, ...]] = {
     ConfirmationRequest: REQUEST_SIGNED,
     ApproverResponse: RESPONSE_SIGNED,
@@ -208,7 +230,7 @@ def entry_hash(*, agent_id: int, seq: int, tail: str, prev_hash: str, key_id: st
 def chained_row_verifies(source: str, row: Any) -> bool:
     """Whether a chained row (a `ToolCall`, as read) is what the latest entry about it recorded, and that
     entry is signed: what a repeat ask answers from (one indexed read)."""
-    link = {"tool_call": "tool_call_id", "event": "event_id"}[source]
+    link = LINKS[source]
     row_id = row["id"] if isinstance(row, Mapping) else row.pk
     entry = (
         AuditEntry.objects.filter(**{link: row_id})
@@ -227,9 +249,10 @@ def chained_row_verifies(source: str, row: Any) -> bool:
 def entry_source(entry: AuditEntry | Mapping[str, Any]) -> tuple[str, Any]:
     """(source, id) of the row an entry is about."""
     get = entry.get if isinstance(entry, Mapping) else lambda f: getattr(entry, f)
-    if get("tool_call_id") is not None:
-        return "tool_call", get("tool_call_id")
-    return "event", get("event_id")
+    for source, link in LINKS.items():
+        if get(link) is not None:
+            return source, get(link)
+    return "event", None
 
 
 # --------------------------------------------------------------------------- the check
@@ -426,7 +449,7 @@ def _walk_chain(agent_id: int, name: str, since: dt.datetime | None, result: Ver
             seq, prev = before
             entries = entries.filter(seq__gt=seq)
     found = False
-    fields = ("seq", "action", "tool_call_id", "event_id", "content_hash", "prev_hash", "entry_hash", "key_id")
+    fields = ("seq", "action", *LINKS.values(), "content_hash", "prev_hash", "entry_hash", "key_id")
     for entry in entries.order_by("seq").values(*fields).iterator(chunk_size=2000):
         found = True
         result.entries += 1
@@ -473,20 +496,24 @@ def _check_rows(names: dict[int, str], since: dt.datetime | None, result: Verifi
     for source, model, agent_field, label in (
         ("tool_call", ToolCall, "agent_id", "tool call"),
         ("event", ConfirmationEvent, "confirmation__agent_id", "event"),
+        ("request", ConfirmationRequest, "agent_id", "confirmation request"),
+        ("response", ApproverResponse, "confirmation__agent_id", "approver response"),
+        ("grant", Grant, "agent_id", "grant"),
     ):
-        link = {"tool_call": "tool_call_id", "event": "event_id"}[source]
+        link = LINKS[source]
         latest = AuditEntry.objects.filter(**{link: OuterRef("pk")}).order_by("-seq")
         rows = model.objects.filter(**{f"{agent_field}__in": list(names)}).annotate(
             audit_agent=Subquery(latest.values("agent_id")[:1]),
             audit_seq=Subquery(latest.values("seq")[:1]),
             audit_hash=Subquery(latest.values("content_hash")[:1]),
             audit_at=Subquery(latest.values("created_at")[:1]),
-            chain_agent=_agent_of(source),
+            chain_agent=F(agent_field),
+            row_created=F("created_at"),
         )
-        for row in rows.values(*SOURCES[source], "audit_agent", "audit_seq", "audit_hash", "audit_at", "chain_agent").iterator(
-            chunk_size=2000
-        ):
-            if since is not None and row["created_at"] < since and (row["audit_at"] is None or row["audit_at"] < since):
+        for row in rows.values(
+            *{*SOURCES[source], "id"}, "audit_agent", "audit_seq", "audit_hash", "audit_at", "chain_agent", "row_created"
+        ).iterator(chunk_size=2000):
+            if since is not None and row["row_created"] < since and (row["audit_at"] is None or row["audit_at"] < since):
                 continue
             result.rows += 1
             where = f"agent {names.get(row['chain_agent'], row['chain_agent'])}"
@@ -517,10 +544,6 @@ def _check_rows(names: dict[int, str], since: dt.datetime | None, result: Verifi
                         f"agent {names.get(entry['agent_id'])}: {label} {entry[link]} recorded by entry "
                         f"#{entry['seq']} was removed")
             )  # fmt: skip
-
-
-def _agent_of(source: str) -> Any:
-    return F("agent_id") if source == "tool_call" else F("confirmation__agent_id")
 
 
 def _after_head(agent_id: int) -> int:
@@ -562,10 +585,7 @@ def resign_chains(apps: Any = None) -> int:
         entries_model.objects.bulk_update(batch, ["prev_hash", "entry_hash", "key_id"])
         signed += len(batch)
         heads_model.objects.filter(agent_id=head.agent_id).update(hash=prev, prev_hash=before)
-    from approvals.services import audit as writers
-
-    writers._heads.clear()
-    return signed
+    return signed  # (every process's guess of a head is now stale: its next append reads the head again)
 
 
 def sign_decisions(apps: Any = None, *, only_valid: bool = False) -> int:
@@ -588,3 +608,33 @@ def sign_decisions(apps: Any = None, *, only_valid: bool = False) -> int:
         table.objects.bulk_update(batch, ["decision_mac"])
         signed += len(batch)
     return signed
+
+
+def link_decisions(apps: Any = None) -> int:
+    """Link every decision row as it is into its agent's chain (`recorded` entries; migration 0011, for
+    rows from before decision rows were chained). Returns the rows linked."""
+    get = apps.get_model if apps is not None else None
+    entries_model = get("approvals", "AuditEntry") if get else AuditEntry
+    heads_model = get("approvals", "AuditHead") if get else AuditHead
+    linked = 0
+    for model, agent_field in ((ConfirmationRequest, "agent_id"), (ApproverResponse, "confirmation__agent_id"),
+                               (Grant, "agent_id")):  # fmt: skip
+        source = SOURCE_OF[model]
+        table = get("approvals", model.__name__) if get else model
+        for row in table.objects.annotate(chain_agent=F(agent_field)).order_by("pk").values(*{*SOURCES[source], "id"}, "chain_agent"):
+            agent_id = row["chain_agent"]
+            head = heads_model.objects.filter(agent_id=agent_id).first()
+            seq, prev = (head.seq, head.hash) if head else (0, GENESIS)
+            content = content_hash(source, row)
+            tail = entry_tail(action="recorded", source=source, source_id=row["id"], content=content)
+            new = entry_hash(agent_id=agent_id, seq=seq + 1, tail=tail, prev_hash=prev, key_id=current_key_id())
+            entries_model.objects.create(
+                agent_id=agent_id, seq=seq + 1, action="recorded", content_hash=content, prev_hash=prev, entry_hash=new,
+                key_id=current_key_id(), **{LINKS[source]: row["id"]},
+            )  # fmt: skip
+            if head:
+                heads_model.objects.filter(agent_id=agent_id).update(seq=seq + 1, hash=new, prev_hash=prev)
+            else:
+                heads_model.objects.create(agent_id=agent_id, seq=seq + 1, hash=new, prev_hash=prev)
+            linked += 1
+    return linked

@@ -459,10 +459,12 @@ class AuditAction(models.TextChoices):
     NOTED = "noted"  # a tool-error's hook decisions appended to a ToolCall that stays open
     EVENT = "event"  # a ConfirmationEvent written
     RETAINED = "retained"  # a kept row re-linked by `purge` when its older entries were cut
+    RECORDED = "recorded"  # a decision row (request, response, grant) written: created, decided, revoked
 
 
 class AuditEntry(models.Model):
-    """One link of an agent's chain: what one write of a chained row said, hashed.
+    """One link of an agent's chain: what one write of a chained row (a tool call, an event, or a
+    decision row: request, response, grant) said, hashed.
 
     `content_hash` is the SHA-256 of the row's canonical content just after the
     write; `entry_hash` is an HMAC-SHA256, under the audit key named `key_id`
@@ -484,6 +486,16 @@ class AuditEntry(models.Model):
     event = models.ForeignKey(
         ConfirmationEvent, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
     )
+    # the decision rows (their signed fields: `approvals.audit.SIGNED`)
+    confirmation = models.ForeignKey(
+        ConfirmationRequest, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
+    response = models.ForeignKey(
+        ApproverResponse, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
+    grant = models.ForeignKey(
+        Grant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
     content_hash = models.CharField(max_length=64)
     prev_hash = models.CharField(max_length=64)
     entry_hash = models.CharField(max_length=64)  # HMAC-SHA256 under the audit key `key_id` (docs/audit.md)
@@ -497,6 +509,11 @@ class AuditEntry(models.Model):
             # verify_audit and purge: the latest entry about each row
             models.Index(fields=["tool_call", "seq"], condition=Q(tool_call__isnull=False), name="audit_entry_tool_call"),
             models.Index(fields=["event", "seq"], condition=Q(event__isnull=False), name="audit_entry_event"),
+            models.Index(
+                fields=["confirmation", "seq"], condition=Q(confirmation__isnull=False), name="audit_entry_request"
+            ),
+            models.Index(fields=["response", "seq"], condition=Q(response__isnull=False), name="audit_entry_response"),
+            models.Index(fields=["grant", "seq"], condition=Q(grant__isnull=False), name="audit_entry_grant"),
         ]
 
     def __str__(self) -> str:

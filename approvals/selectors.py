@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.urls import reverse
 
-from approvals.audit import GRANT_SIGNED, decision_verifies
+from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.caches import KeyHolder, cache
 from approvals.arguments import dotted, with_edits
 from approvals.errors import Conflict, InvalidInput, NotFound
@@ -417,8 +417,8 @@ def live_grant_for(
 ) -> list[Any]:
     """Ids of the live grants whose scope covers this call (its user's, or made without a user for a
     call without one), oldest first (the caller uses one with a conditional UPDATE, which re-checks
-    that it is still live). Only grants whose `decision_mac` verifies: one inserted, widened or
-    un-revoked behind the gateway's back allows nothing."""
+    that it is still live). Only grants that verify — their `decision_mac`, and the latest entry of the
+    audit chain about them: one inserted, widened or un-revoked behind the gateway's back allows nothing."""
     rows = (
         Grant.objects.filter(
             agent=agent, session_id=session_id, user_id=user_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
@@ -430,10 +430,12 @@ def live_grant_for(
     )
     live = []
     for row in rows:
-        if decision_verifies(Grant, row):
+        # Its MAC (nothing made up), and the chain's latest entry about it (nothing rolled back to a state
+        # it really had: a grant restored from before its revocation).
+        if decision_verifies(Grant, row) and chained_row_verifies("grant", row):
             live.append(row["id"])
         else:
-            logger.error("grant %s does not verify against its decision_mac: not used", row["id"])
+            logger.error("grant %s does not verify against its decision_mac and its audit entry: not used", row["id"])
     return live
 
 

@@ -45,7 +45,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
@@ -54,6 +54,8 @@ from django.utils import timezone
 
 from approvals.audit import (
     GENESIS,
+    LINKS,
+    SOURCE_OF,
     ExpectedHead,
     audit_verify,
     content_hash,
@@ -66,6 +68,7 @@ from approvals.audit import (
 from approvals.errors import GatewayError
 from approvals.models import (
     FINAL_STATUSES,
+    ApproverResponse,
     AuditAction,
     AuditCheckpoint,
     AuditEntry,
@@ -91,8 +94,10 @@ WITH head AS (
     RETURNING 1
 ){{written}}
 INSERT INTO {_ENTRY}
-    (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, key_id, created_at)
-SELECT %(agent)s::bigint, %(seq)s::bigint, %(action)s::varchar, %(tool_call)s::uuid, %(event)s::bigint,
+    (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
+     entry_hash, key_id, created_at)
+SELECT %(agent)s::bigint, %(seq)s::bigint, %(action)s::varchar, %(tool_call_id)s::uuid, %(event_id)s::bigint,
+       %(confirmation_id)s::uuid, %(response_id)s::bigint, %(grant_id)s::uuid,
        %(content)s::varchar, %(prev)s::varchar, %(hash)s::varchar, %(key_id)s::varchar, %(now)s::timestamptz
 FROM head
 """
@@ -127,9 +132,10 @@ def audit_deferred() -> Iterator[None]:
 
 
 def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
-    """What one write of `row` (as it is now) puts in its entry, but its place in the chain."""
+    """What one write of `row` (as it is now: a model instance, or a dict of its fields) puts in its
+    entry, but its place in the chain."""
     if source is None:
-        source = "tool_call" if isinstance(row, ToolCall) else "event"
+        source = SOURCE_OF[type(row)]
     row_id = row["id"] if isinstance(row, dict) else row.pk
     content = content_hash(source, row)
     return {
@@ -138,8 +144,7 @@ def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[s
         "action": action,
         "content": content,
         "now": timezone.now(),
-        "tool_call": row_id if source == "tool_call" else None,
-        "event": row_id if source == "event" else None,
+        **{link: (row_id if name == source else None) for name, link in LINKS.items()},
     }
 
 
@@ -210,9 +215,9 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
             placed = _placed(link, seq + 1, prev)
             entries.append(
                 AuditEntry(
-                    agent_id=agent_id, seq=placed["seq"], action=placed["action"], tool_call_id=placed["tool_call"],
-                    event_id=placed["event"], content_hash=placed["content"], prev_hash=prev,
-                    entry_hash=placed["hash"], key_id=placed["key_id"], created_at=placed["now"],
+                    agent_id=agent_id, seq=placed["seq"], action=placed["action"], content_hash=placed["content"],
+                    prev_hash=prev, entry_hash=placed["hash"], key_id=placed["key_id"], created_at=placed["now"],
+                    **{link: placed[link] for link in LINKS.values()},
                 )
             )  # fmt: skip
             seq, prev = placed["seq"], placed["hash"]
@@ -227,8 +232,9 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
 
 
 def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:
-    """Link one write of a chained row (a `ToolCall` or a `ConfirmationEvent`, as it is now) into
-    its agent's chain. Call it inside the transaction of the write, after it."""
+    """Link one write of a chained row (a `ToolCall`, a `ConfirmationEvent`, or a decision row —
+    `ConfirmationRequest`, `ApproverResponse`, `Grant` — as it is now; a dict of its fields with
+    `source`) into its agent's chain. Call it inside the transaction of the write, after it."""
     link = _link(agent_id=agent_id, action=action, row=row, source=source)
     queued = _deferred.get()
     if queued is not None:
@@ -242,23 +248,28 @@ def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = N
 
 
 def audit_insert_linked(
-    *, row: Any, where: str = "", params: dict[str, Any] | None = None, agent_id: int, action: str
+    *,
+    row: Any,
+    insert: Callable[[str], tuple[str, dict[str, Any]]],
+    where: str = "",
+    params: dict[str, Any] | None = None,
+    agent_id: int,
+    action: str,
 ) -> bool:
     """Write one chained row (an unsaved `ToolCall`) and its chain entry; False if `where` (a condition,
-    with named `params`) held it back, and then nothing was written.
+    with named `params`) held it back, and then nothing was written. `insert(where)` makes the row's
+    `INSERT … SELECT … WHERE <where>` and its parameters (`services.records.insert_statement`).
 
     PostgreSQL: in ONE statement when this process's guess of the agent's head is right (the head
     row is then locked only for that statement and the COMMIT), so an agent's writers queue on it for
     microseconds. Inside `audit_deferred()`: the INSERT now, its entry with the block's others at the
     block's end. Elsewhere: the INSERT, then the entry, in one transaction.
     """
-    from approvals.services.records import insert_statement
-
     queued = _deferred.get()
     deferred_or_elsewhere = queued is not None or connection.vendor != "postgresql"
     # (first: the INSERT's values are what the row says — `created_at` is set here — and what is hashed)
-    sql, values = insert_statement(row, where=where if deferred_or_elsewhere else "EXISTS (SELECT 1 FROM head)")
-    link = _link(agent_id=agent_id, action=action, row=row, source="tool_call" if isinstance(row, ToolCall) else "event")
+    sql, values = insert(where if deferred_or_elsewhere else "EXISTS (SELECT 1 FROM head)")
+    link = _link(agent_id=agent_id, action=action, row=row, source=None)
     if deferred_or_elsewhere:
         with transaction.atomic(savepoint=False), connection.cursor() as cursor:
             cursor.execute(sql, {**values, **(params or {})})
@@ -298,8 +309,7 @@ def _append_here(link: dict[str, Any]) -> None:
         agent_id=agent_id,
         seq=placed["seq"],
         action=link["action"],
-        tool_call_id=link["tool_call"],
-        event_id=link["event"],
+        **{column: link[column] for column in LINKS.values()},
         content_hash=link["content"],
         prev_hash=prev,
         entry_hash=placed["hash"],
@@ -399,6 +409,9 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     settled = (
         ConfirmationRequest.objects.filter(agent_id=agent_id, created_at__lt=cutoff, status__in=FINAL_STATUSES)
         .exclude(Exists(newer.filter(event__confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(response__confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(grant__confirmation_id=OuterRef("pk"))))
         .exclude(Exists(ConfirmationEvent.objects.filter(confirmation_id=OuterRef("pk"), created_at__gte=cutoff)))
         .exclude(Exists(allowed_and_staying))
     )
@@ -420,6 +433,19 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     )
     retained: list[tuple[str, Any]] = [("tool_call", c) for c in kept_calls.iterator(chunk_size=500)]
     retained += [("event", e) for e in kept_events.iterator(chunk_size=500)]
+    for source, model, agent_field, request_field in (
+        ("request", ConfirmationRequest, "agent_id", "pk"),
+        ("response", ApproverResponse, "confirmation__agent_id", "confirmation_id"),
+        ("grant", Grant, "agent_id", "confirmation_id"),
+    ):
+        link = LINKS[source]
+        kept = (
+            model.objects.filter(**{agent_field: agent_id})
+            .filter(Exists(old.filter(**{link: OuterRef("pk")})))
+            .exclude(Exists(newer.filter(**{link: OuterRef("pk")})))
+            .exclude(**{f"{request_field}__in": requests.values("pk")})
+        )
+        retained += [(source, row) for row in kept.iterator(chunk_size=500)]
     for source, row in retained:
         audit_append(agent_id=agent_id, action=AuditAction.RETAINED, row=row, source=source)
     result.entries_retained += len(retained)

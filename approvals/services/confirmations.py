@@ -31,6 +31,7 @@ from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
     Agent,
     ApproverResponse,
+    AuditAction,
     CallbackReceipt,
     Channel,
     ConfirmationEvent,
@@ -52,6 +53,7 @@ from approvals.services.records import (
     response_add,
     row_insert,
 )
+from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
@@ -161,6 +163,7 @@ def confirmation_create(
     )
     confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
     row_insert(confirmation)  # (the ORM's save machinery costs more than the INSERT itself, on every request)
+    audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
     event_record(confirmation, EventKind.CREATED, actor=f"agent:{agent.name}", message=spec.reason)
     if lead_id is not None:
         event_record(
@@ -229,10 +232,11 @@ def confirmation_transition(
     if arg_edits:
         fields = {"arg_edits": arg_edits, "approved_args": approved_args}
     decided = {"status": to_status, "decided_by": decided_by, "decided_at": now, "decision_reason": reason, **fields}
-    mac = _signed_anew(locked if locked is not None else confirmation_id, decided)
+    mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided)
     changed = qs.update(decided_by_name=decided_by_name, decision_mac=mac, **decided)
     if not changed:
         return False
+    audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
         confirmation,
@@ -257,20 +261,21 @@ def _approvals_counted(confirmation: ConfirmationRequest) -> int:
     return sum(1 for row in rows if decision_verifies(ApproverResponse, row))
 
 
-def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> str:
-    """The `decision_mac` of a request (its row, or its id: read) after `changes`: signed anew if its
-    record verifies now, else left as it is — a request changed behind the gateway's back stays
-    unverifiable whatever happens to it next, so no decision of the gateway launders it."""
+def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The `decision_mac` of a request (its row, or its id: read) after `changes`, and its signed fields as
+    they are: signed anew if its record verifies now, else left as it is — a request changed behind the
+    gateway's back stays unverifiable whatever happens to it next, so no decision of the gateway
+    launders it."""
     if not isinstance(row, ConfirmationRequest):
-        row = ConfirmationRequest.objects.filter(pk=row).values(*REQUEST_SIGNED, "decision_mac").first() or {}
-        if not row:
-            return ""
-        values = dict(row)
+        read = ConfirmationRequest.objects.filter(pk=row).values(*REQUEST_SIGNED, "decision_mac").first()
+        values = dict(read) if read else {field: None for field in (*REQUEST_SIGNED, "decision_mac")}
     else:
         values = {field: getattr(row, field) for field in (*REQUEST_SIGNED, "decision_mac")}
+    if values["id"] is None:  # no such request: the conditional UPDATE will change nothing
+        return "", values
     if not decision_verifies(ConfirmationRequest, values):
-        return values["decision_mac"]
-    return decision_mac(ConfirmationRequest, {**values, **changes})
+        return values["decision_mac"], values
+    return decision_mac(ConfirmationRequest, {**values, **changes}), values
 
 
 # (channel name, as staff) of a clicker, judged from the request's row (`confirmation_respond`).
@@ -557,6 +562,7 @@ def _respond(
     response.decision_mac = decision_mac(ApproverResponse, response)
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
+    audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
 
     if callback.decision == "reject":
         confirmation_transition(
@@ -839,6 +845,10 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             decision_mac=Case(*[When(pk=pk, then=Value(mac)) for pk, mac in macs.items()], output_field=CharField()),
             **expired,
         )
+        audit_append_many(
+            [(r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
+             for r in signed]
+        )  # fmt: skip
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.audit import GRANT_SIGNED, decision_mac, decision_verifies
-from approvals.models import Agent, ConfirmationRequest, EventKind, Grant, GrantScope
+from approvals.models import Agent, AuditAction, ConfirmationRequest, EventKind, Grant, GrantScope
+from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.records import event_record
 from channels_ext.base import actor_label
 from hooks.base import grant_label
@@ -64,6 +65,7 @@ def grant_create(
     )
     grant.decision_mac = decision_mac(Grant, grant)
     grant.save(force_insert=True)
+    audit_append(agent_id=grant.agent_id, action=AuditAction.RECORDED, row=grant)
     until = f" until {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC" if grant.expires_at else ""
     event_record(
         confirmation,
@@ -129,13 +131,13 @@ def grant_revoke(*, grant_id: Any, actor: str) -> bool:
         revoked = _revoked(Grant.objects.filter(pk=grant_id, revoked_at__isnull=True), actor=actor)
         if revoked:
             grant = Grant.objects.get(pk=grant_id)
-        event_record(
-            grant.confirmation_id,
-            EventKind.GRANTED,
-            actor=actor,
-            message=f"grant {str(grant.pk)[:8]} ({grant.scope_label}) revoked after {grant.uses} use(s)",
-            data={"grant": str(grant.pk), "revoked": True},
-        )
+            event_record(
+                grant.confirmation_id,
+                EventKind.GRANTED,
+                actor=actor,
+                message=f"grant {str(grant.pk)[:8]} ({grant.scope_label}) revoked after {grant.uses} use(s)",
+                data={"grant": str(grant.pk), "revoked": True},
+            )
     return bool(revoked)
 
 
@@ -163,6 +165,7 @@ def _revoked(grants: Any, *, actor: str) -> int:
         mac = decision_mac(Grant, row) if decision_verifies(Grant, was) else row["decision_mac"]
         updates.append(Grant(pk=row["id"], decision_mac=mac))
     Grant.objects.bulk_update(updates, ["decision_mac"])
+    audit_append_many([(row["agent_id"], AuditAction.RECORDED, Grant(**row)) for row in rows])
     return count
 
 

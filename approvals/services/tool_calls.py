@@ -38,6 +38,7 @@ from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Sta
 from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
 from approvals.services.grants import grant_reason, grant_use
+from approvals.services.records import insert_statement
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
@@ -207,7 +208,14 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
             )
             where += f" AND {unchanged}"
             params.update(more)
-    if not audit_insert_linked(row=record, where=where, params=params, agent_id=record.agent_id, action=AuditAction.ASKED):
+    if not audit_insert_linked(
+        row=record,
+        insert=lambda condition: insert_statement(record, where=condition),
+        where=where,
+        params=params,
+        agent_id=record.agent_id,
+        action=AuditAction.ASKED,
+    ):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
 

@@ -198,7 +198,12 @@ def test_requests_created_and_decided_in_parallel_on_one_agent_keep_one_chain(tr
     seqs = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("seq", flat=True))
     events = ConfirmationEvent.objects.filter(confirmation__agent=payer).count()
     assert seqs == list(range(1, len(seqs) + 1))
-    assert len(seqs) == ToolCall.objects.filter(agent=payer).count() + events == AuditHead.objects.get(agent=payer).seq
+    # each request is linked when created and when decided (`recorded`: its signed fields, docs/audit.md)
+    recorded = ConfirmationRequest.objects.filter(agent=payer).count() + ConfirmationRequest.objects.filter(
+        agent=payer, status="approved"
+    ).count()
+    assert AuditEntry.objects.filter(agent=payer, action="recorded").count() == recorded
+    assert len(seqs) == ToolCall.objects.filter(agent=payer).count() + events + recorded == AuditHead.objects.get(agent=payer).seq
     hashes = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("prev_hash", "entry_hash"))
     assert all(hashes[i][0] == hashes[i - 1][1] for i in range(1, len(hashes)))
     assert "audit verified" in verify()

@@ -87,7 +87,9 @@ def test_a_rejected_request_flipped_to_approved_in_sql_is_denied_on_the_repeat_a
     assert (again["decision"], again["reason"]) == ("deny", UNVERIFIED_REASON)
     shown = payer.wait(first["confirmation_id"], timeout=0).json()  # the long-poll, already final
     assert (shown["status"], shown["reason"], shown["decided_by"]) == ("rejected", UNVERIFIED_REASON, "gateway")
-    assert f"confirmation request {first['confirmation_id']} does not match its signature" in verify_fails()
+    problems = verify_problems()
+    assert f"confirmation request {first['confirmation_id']} does not match its signature" in problems
+    assert f"confirmation request {first['confirmation_id']} was changed after entry" in problems  # the chain too
 
 
 def test_an_expired_request_made_to_allow_on_timeout_in_sql_is_denied(payer):
@@ -101,7 +103,9 @@ def test_an_expired_request_made_to_allow_on_timeout_in_sql_is_denied(payer):
 
     sql("UPDATE approvals_confirmationrequest SET on_timeout = 'allow' WHERE id = %s", [first["confirmation_id"]])
     assert ask(payer, "tick", {}, idempotency_key="k-2")["decision"] == "deny"
-    assert f"confirmation request {first['confirmation_id']} does not match its signature" in verify_fails()
+    problems = verify_problems()
+    assert f"confirmation request {first['confirmation_id']} does not match its signature" in problems
+    assert f"confirmation request {first['confirmation_id']} was changed after entry" in problems  # the chain too
 
 
 def test_a_pending_request_approved_in_sql_is_answered_as_rejected_to_the_long_poll_and_the_socket(payer):
@@ -170,7 +174,9 @@ def test_a_swapped_edit_is_denied_and_named(payer):
         [first["confirmation_id"]])  # fmt: skip
     swapped = ask(payer, args={"amount": 5, "to": "acme"}, idempotency_key="k-5")
     assert swapped["decision"] == "deny"
-    assert f"confirmation request {first['confirmation_id']} does not match its signature" in verify_fails()
+    problems = verify_problems()
+    assert f"confirmation request {first['confirmation_id']} does not match its signature" in problems
+    assert f"confirmation request {first['confirmation_id']} was changed after entry" in problems  # the chain too
 
 
 def test_a_response_forged_in_sql_does_not_count_towards_a_quorum_and_is_named(payer):
@@ -210,7 +216,9 @@ def test_a_grant_inserted_or_unrevoked_in_sql_allows_nothing_and_is_named(payer)
 
     sql("UPDATE approvals_grant SET revoked_at = NULL, revoked_by = '' WHERE id = %s", [grant.pk])
     assert ask(payer, args={"amount": 4})["decision"] == "pending"  # un-revoked in SQL: not honoured
-    assert f"grant {grant.pk} does not match its signature" in verify_fails()
+    problems = verify_problems()
+    assert f"grant {grant.pk} does not match its signature" in problems
+    assert f"grant {grant.pk} was changed after entry" in problems
 
     sql("DELETE FROM approvals_toolcall WHERE grant_id = %s", [grant.pk])  # (so the copy below is all there is)
     sql("INSERT INTO approvals_grant (id, agent_id, session_id, user_id, tool_name, gate, args_fingerprint, scope, "
@@ -219,6 +227,28 @@ def test_a_grant_inserted_or_unrevoked_in_sql_allows_nothing_and_is_named(payer)
         "scope, minutes, expires_at, granted_by, granted_by_name, channel, confirmation_id, now(), NULL, '', 0, NULL, "
         "decision_mac FROM approvals_grant WHERE id = %s", [grant.pk])  # fmt: skip
     assert ask(payer, args={"amount": 5})["decision"] == "pending"  # a new grant made in SQL: not honoured
+    copy = Grant.objects.exclude(pk=grant.pk).get()
+    assert f"grant {copy.pk} has no audit entry (inserted behind the gateway's back)" in verify_problems()
+
+
+def test_a_grant_rolled_back_to_its_signed_state_from_before_its_revocation_is_named(payer):
+    """The MAC of a grant's row as it was before its revocation is a real signature: restoring that row
+    (saved from the database earlier, or from a backup) un-revokes it with a valid MAC. The chain recorded
+    the revocation: the grant is not used, and `verify_audit` names it."""
+    from approvals import services
+    from channels_ext.base import Callback
+
+    first = ask(payer, args={"amount": 1})
+    services.confirmation_respond(
+        channel_name="web",
+        callback=Callback(confirmation_id=first["confirmation_id"], decision="approve", actor="alice", grant=0),
+    )
+    grant = Grant.objects.get()
+    saved = grant.decision_mac
+    services.grant_revoke(grant_id=grant.pk, actor="web:bob")
+    sql("UPDATE approvals_grant SET revoked_at = NULL, revoked_by = '', decision_mac = %s WHERE id = %s", [saved, grant.pk])
+    assert ask(payer, args={"amount": 2})["decision"] == "pending"  # the chain recorded the revocation
+    assert f"grant {grant.pk} was changed after entry" in verify_fails()
 
 
 def test_a_denied_call_flipped_to_allow_in_sql_is_still_denied_on_the_repeat_ask(payer):
