@@ -45,6 +45,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,6 +105,20 @@ FROM head
 
 # The head of each agent's chain as this process last wrote it: the guess an append starts from.
 _heads: dict[int, tuple[int, str]] = {}
+# Appends in autocommit (the allowed call's) of one agent take turns within a process, so the guess is
+# the head whenever no other process wrote in between (they would queue on the head row anyway).
+_turns: dict[int, threading.Lock] = {}
+_turns_lock = threading.Lock()
+
+
+def _turn(agent_id: int) -> threading.Lock | contextlib.nullcontext:
+    if connection.in_atomic_block:  # held until COMMIT, which is the caller's: the head row orders these
+        return contextlib.nullcontext()
+    lock = _turns.get(agent_id)
+    if lock is None:
+        with _turns_lock:
+            lock = _turns.setdefault(agent_id, threading.Lock())
+    return lock
 
 # The links queued by the innermost `audit_deferred` block of this context (None: none is open).
 _deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = contextvars.ContextVar(
@@ -159,6 +174,12 @@ def _append_one(link: dict[str, Any], *, written: str = "", where: str = "", par
     """Append one link (PostgreSQL), with the chained row's INSERT (`written`) if given; False if
     `where` held it back (nothing written). Starts from this process's guess of the head; a head that
     moved is read again (with no `where`), then locked (in a transaction) if it moved again."""
+    agent_id = link["agent"]
+    with _turn(agent_id):
+        return _append_guessing(link, written=written, where=where, params=params)
+
+
+def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: dict[str, Any] | None) -> bool:
     agent_id = link["agent"]
     cte = f", written AS ({written})" if written else ""
     sql = _APPEND_SQL.format(where=where or "true", written=cte)
