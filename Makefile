@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 INTEGRATIONS_STAMP := $(VENV)/.installed-integrations
 CHANNELS_STAMP := $(VENV)/.installed-channels
+OTEL_STAMP := $(VENV)/.installed-otel
 
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gateway} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/5} \
 	GATEWAY_VAR_DIR=$(CURDIR)/var/test
 
-.PHONY: install install-integrations install-channels run test bench migrate
+.PHONY: install install-integrations install-channels install-otel run test bench migrate
 install: $(STAMP)
 
 $(STAMP): requirements.txt
@@ -35,13 +36,20 @@ $(CHANNELS_STAMP): $(STAMP) requirements-channels.txt
 	$(PY) -m pip install -q -r requirements-channels.txt
 	touch $(CHANNELS_STAMP)
 
+# OpenTelemetry's SDK and OTLP exporter, for traces (optional: docs/operating.md, "Traces").
+install-otel: $(OTEL_STAMP)
+
+$(OTEL_STAMP): $(STAMP) requirements-otel.txt
+	$(PY) -m pip install -q -r requirements-otel.txt
+	touch $(OTEL_STAMP)
+
 migrate: install
 	$(PY) manage.py migrate --noinput
 
 run: install
 	$(PY) scripts/run.py
 
-test: install install-integrations install-channels
+test: install install-integrations install-channels install-otel
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 	$(TEST_ENV) $(PY) -m pytest -n $${PYTEST_WORKERS:-4} $(PYTEST_ARGS)

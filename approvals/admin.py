@@ -139,7 +139,7 @@ class ConfirmationEventInline(ReadOnlyInline):
 class ApproverResponseInline(ReadOnlyInline):
     model = ApproverResponse
     verbose_name_plural = "Approver responses"
-    fields = ("created_at", "approver", "approver_name", "decision", "reason", "channel")
+    fields = ("created_at", "approver", "approver_name", "on_behalf_of_name", "decision", "reason", "channel")
     readonly_fields = fields
 
 
@@ -396,7 +396,9 @@ class ConfirmationEventAdmin(ReadOnlyAdmin):
 
 @admin.register(ApproverResponse)
 class ApproverResponseAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "approver", "approver_name", "decision", "channel", "confirmation_link", "reason")
+    list_display = (
+        "created_at", "approver", "approver_name", "on_behalf_of_name", "decision", "channel", "confirmation_link", "reason"
+    )
     list_filter = ("decision", "channel")
     search_fields = ("approver", "approver_name", "reason")
     list_select_related = ("confirmation",)
@@ -799,3 +801,4 @@ class ChannelAdmin(ReadOnlyAdmin):
     @admin.display(description="config (secrets masked)")
     def config_masked(self, obj: Channel) -> str:
         return pretty_json(masked_config(obj))
+from approvals import people_admin  # noqa: E402,F401  (the people directory's admin)

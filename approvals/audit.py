@@ -71,8 +71,9 @@ REQUEST_SIGNED = (
     "approvals_required", "allow_self_approval", "status", "decided_by", "decided_at", "decision_reason",
     "hook_name", "editable_paths", "edit_types", "arg_edits", "approved_args", "grant_options", "args_fingerprint",
     "turn_id", "expires_at", "on_timeout", "escalate_channel_id", "escalate_approvers", "callback_url",
+    "approver_people", "escalate_approver_people",
 )  # fmt: skip
-RESPONSE_SIGNED = ("confirmation_id", "approver", "person", "decision", "reason", "channel")
+RESPONSE_SIGNED = ("confirmation_id", "approver", "person", "on_behalf_of", "decision", "reason", "channel")
 GRANT_SIGNED = (
     "id", "agent_id", "session_id", "user_id", "tool_name", "gate", "args_fingerprint", "scope", "minutes",
     "expires_at", "granted_by", "confirmation_id", "revoked_at",

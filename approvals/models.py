@@ -14,8 +14,10 @@ import hashlib
 import secrets
 import uuid
 
+from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from channels_ext.base import CHANNEL_KINDS
@@ -182,6 +184,11 @@ class ConfirmationRequest(models.Model):
         Channel, on_delete=models.PROTECT, null=True, blank=True, related_name="escalated_confirmations"
     )
     escalate_approvers = models.JSONField(default=list, blank=True)
+    # The people a gate's `group:` / `person:` approvers named, and the stand-ins of everyone named,
+    # as they were when the request was made (`selectors.approver_people`):
+    # {"people": {person key: name}, "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}}.
+    approver_people = models.JSONField(default=dict, blank=True)
+    escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -229,6 +236,9 @@ class ApproverResponse(models.Model):
     # The person behind `approver`: what a quorum counts once (`user:<id>` for a Django user, else the id).
     person = models.CharField(max_length=200)
     approver_name = models.CharField(max_length=200, blank=True)
+    # A stand-in's answer (docs/approving.md, "Stand-ins"): the person key and name of whom it was given for.
+    on_behalf_of = models.CharField(max_length=200, blank=True)
+    on_behalf_of_name = models.CharField(max_length=200, blank=True)
     decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
     reason = models.TextField(blank=True)
     channel = models.CharField(max_length=64, blank=True)
@@ -551,3 +561,116 @@ class AuditCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"audit checkpoint {self.agent_id}#{self.seq}"
+
+
+# --------------------------------------------------------------------------- people (docs/approving.md, "People")
+
+
+class Person(models.Model):
+    """Someone who approves, whichever identities they answer under: a Django user, chat ids, an e-mail.
+
+    Its key everywhere a quorum counts people is `person:<id>` (`selectors.person_of`).
+    """
+
+    display_name = models.CharField(max_length=200)
+    email = models.EmailField(blank=True, help_text="Used to find the person's chat accounts and for `person:EMAIL`.")
+    active = models.BooleanField(default=True, help_text="An inactive person is not routed requests and names no one.")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="person",
+        help_text="Their Django user: the approval page and the admin.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["display_name"]
+        verbose_name_plural = "people"
+        constraints = [
+            # one person per address, whatever its case (`person:EMAIL` names exactly one)
+            models.UniqueConstraint(Lower("email"), condition=~Q(email=""), name="uniq_person_email")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.display_name} <{self.email}>" if self.email else self.display_name
+
+    @property
+    def key(self) -> str:
+        return f"person:{self.pk}"
+
+
+class IdentitySource(models.TextChoices):
+    ADMIN = "admin"  # typed in the Django admin
+    EMAIL_LOOKUP = "email_lookup"  # found by the person's e-mail through a vendor's API
+    SELF_LINK = "self_link"  # the person opened a one-time link posted to them in the chat
+
+
+class PersonIdentity(models.Model):
+    """A chat identity of a person, channel-qualified as clicks are recorded: `slack:U0ALICE`,
+    `feishu:ou_…`, `teams:…`, `dingtalk:…`, `telegram:…`, `email:alice@example.com`. Belongs to one person."""
+
+    person = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="identities")
+    identity = models.CharField(max_length=200, unique=True)
+    source = models.CharField(max_length=16, choices=IdentitySource.choices, default=IdentitySource.ADMIN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["identity"]
+        verbose_name_plural = "person identities"
+
+    def __str__(self) -> str:
+        return self.identity
+
+
+class PeopleGroup(models.Model):
+    """A named set of people: `group:NAME` in a gate's `approvers`."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    members = models.ManyToManyField(Person, related_name="groups", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "group"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StandIn(models.Model):
+    """`delegate` stands in for `person` from `starts_at` to `ends_at` (out of office): requests routed
+    to `person` while the window is open reach the delegate too, and their answer is recorded as
+    given on `person`'s behalf."""
+
+    person = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="stand_ins")
+    delegate = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="standing_in_for")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at"]
+        indexes = [models.Index(fields=["person", "ends_at"], name="standin_person_ends")]
+        constraints = [
+            models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")), name="standin_window"),
+            models.CheckConstraint(condition=~Q(delegate=F("person")), name="standin_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delegate} for {self.person}"
+
+
+class LinkToken(models.Model):
+    """A one-time link that ties a chat identity to a person: posted to that identity in the chat,
+    opened by the person signed in on the web (`services.person_link_redeem`). Used once, then dead."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    person = models.ForeignKey(Person, on_delete=models.CASCADE, related_name="link_tokens")
+    identity = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)

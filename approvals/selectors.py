@@ -12,8 +12,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.urls import reverse
+from django.utils import timezone
 
 from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.caches import KeyHolder, cache
@@ -22,17 +23,21 @@ from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     Agent,
     ApiKey,
+    ApproverResponse,
     Channel,
     ConfirmationRequest,
     Grant,
     Outbox,
     OutboxKind,
     OutboxStatus,
+    Person,
+    PersonIdentity,
+    StandIn,
     Status,
     ToolCall,
 )
 from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
-from channels_ext.base import CardItem, CardView, ChannelAdapter, actor_label, get_adapter
+from channels_ext.base import ACTOR_KINDS, CardItem, CardView, ChannelAdapter, actor_label, get_adapter
 from hooks.base import Hook, grant_label
 from hooks.registry import build, validate_agent_hooks
 
@@ -103,6 +108,20 @@ def _built_hooks(hooks_json: str) -> tuple[Hook, ...]:
 def channel_names() -> set[str]:
     """The names of the configured channels (approval gates may name these)."""
     return set(Channel.objects.values_list("name", flat=True))
+
+
+def pending_by_channel() -> dict[str, tuple[int, dt.datetime | None]]:
+    """Every channel's pending requests now: (how many, when the oldest was created). For /metrics."""
+    pending: dict[str, tuple[int, dt.datetime | None]] = {name: (0, None) for name in channel_names()}
+    rows = (
+        ConfirmationRequest.objects.filter(status=Status.PENDING)
+        .values("channel__name")
+        .annotate(count=Count("pk"), oldest=Min("created_at"))
+        .values_list("channel__name", "count", "oldest")
+    )
+    for name, count, oldest in rows:
+        pending[name or ""] = (count, oldest)
+    return pending
 
 
 def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> ConfirmationRequest:
@@ -264,48 +283,202 @@ def approver_refusal(
     confirmation: ConfirmationRequest, *, channel_name: str, actor: str, identity: str = ""
 ) -> tuple[str, str] | None:
     """(code, sentence) if `actor` (channel-native; `identity`: channel-qualified) may not decide this
-    request from `channel_name`; None if they may."""
+    request from `channel_name`; None if they may.
+
+    Beside the channel-native ids, a person the gate named (`group:` / `person:`, routed when the
+    request was made: `approver_people`) may decide under any identity linked to them now, and so
+    may a stand-in of someone routed the request while their window is open (`stand_in_for`).
+    """
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
         return "not_approver", "This request cannot be decided from this channel."
     if allowed and actor not in allowed:
-        return "not_approver", "You are not one of the approvers of this request."
+        routed = routed_people(confirmation, channel_name=channel_name)
+        person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
+        if person not in routed["people"] and stand_in_for(routed, person=person) is None:
+            return "not_approver", "You are not one of the approvers of this request."
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
+
+
+def routed_people(confirmation: ConfirmationRequest, *, channel_name: str) -> dict[str, Any]:
+    """The people snapshot of the approver list `channel_name` decides by: {"people": {key: name},
+    "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}} (empty for raw ids)."""
+    escalated = bool(confirmation.escalate_channel_id) and channel_name != confirmation.channel.name
+    snapshot = (confirmation.escalate_approver_people if escalated else confirmation.approver_people) or {}
+    return {"people": snapshot.get("people") or {}, "stand_ins": snapshot.get("stand_ins") or {}}
+
+
+def stand_in_for(routed: dict[str, Any], *, person: str, now: dt.datetime | None = None) -> dict[str, str] | None:
+    """{"for": key, "name": name} if `person` decides as a stand-in (not named in their own right) whose
+    window is still open; None otherwise."""
+    if not person or person in routed["people"]:
+        return None
+    entry = routed["stand_ins"].get(person)
+    if entry is None:
+        return None
+    until = dt.datetime.fromisoformat(entry["until"])
+    if until <= (now or timezone.now()):
+        return None
+    return {"for": entry["for"], "name": entry["name"]}
 
 
 def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, identity: str = "") -> tuple[str, str] | None:
     """Refuses the person the call was made for, unless the gate allows self-approval.
 
     The call's `user_id` is compared with the clicker's channel-native id (`carol`, `U0CAROL`), with
-    their channel-qualified `identity` (`web:carol`), and — for a `user_id` that is itself an
-    identity — by person (`person_of`): a call made for `admin:carol` is carol's on the web page too.
+    their channel-qualified `identity` (`web:carol`), and by person: the `user_id` mapped to a person
+    (`owner_of`: an identity, an e-mail, a username) against the person behind `identity`
+    (`person_of`) — a call made for `alice@example.com` is Alice's on Slack, Feishu and the web alike.
     """
     user_id = confirmation.user_id
     if confirmation.allow_self_approval or not user_id:
         return None
-    own = user_id in (actor, identity) or (bool(identity) and ":" in user_id and person_of(user_id) == person_of(identity))
+    own = user_id in (actor, identity)
+    if not own and identity:
+        owner = owner_of(user_id)
+        own = owner is not None and owner == person_of(identity)
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
 
 
 # The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
 DJANGO_USER_KINDS = ("web", "admin")
+# Approver entries that name people rather than a channel-native id (docs/approving.md, "People").
+PEOPLE_PREFIXES = ("group:", "person:")
 
 
 def person_of(identity: str) -> str:
     """The person behind a channel-qualified identity: the key a quorum counts once, and what
     self-approval compares (docs/approving.md, "One person counts once").
 
+    An identity linked to a `Person` (`PersonIdentity`; a Django user's `web:` / `admin:` through
+    `Person.user`; an `email:` identity through `Person.email`) is `person:<id>`. Otherwise
     `web:<username>` and `admin:<username>` are the Django user, `user:<id>` (by id, so a renamed
-    user stays one person); every other identity (`slack:U…`, `feishu:ou_…`) is a person of its own.
-    This is the one place that says who is the same person: linking identities to people (a people
-    directory) extends it, and every quorum and self-approval check follows.
+    user stays one person), and every other identity (`slack:U…`, `feishu:ou_…`) is a person of its
+    own — exactly as before anyone was linked. This is the one place that says who is the same
+    person: every quorum and self-approval check follows it.
     """
     kind, _, native = identity.partition(":")
+    linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
+    if linked is not None:
+        return f"person:{linked}"
     if kind in DJANGO_USER_KINDS and native:
-        pk = get_user_model().objects.filter(username=native).values_list("pk", flat=True).first()
-        if pk is not None:
-            return f"user:{pk}"
+        row = get_user_model().objects.filter(username=native).values_list("pk", "person__pk").first()
+        if row is not None:
+            return f"person:{row[1]}" if row[1] is not None else f"user:{row[0]}"
+    if kind == "email" and native:
+        found = Person.objects.filter(email__iexact=native).values_list("pk", flat=True).first()
+        if found is not None:
+            return f"person:{found}"
     return identity
+
+
+def owner_of(user_id: str) -> str | None:
+    """The person a call's `user_id` names, as `person_of` keys them; None if it names nobody known.
+
+    `user_id` may be a channel-qualified identity (`slack:U0ALICE`), `person:EMAIL`, an e-mail
+    address (a person's), or a Django username.
+    """
+    kind, sep, native = user_id.partition(":")
+    if sep and kind == "person":
+        return person_key_by_email(native)
+    if sep and kind in ACTOR_KINDS:
+        return person_of(user_id)
+    if "@" in user_id:
+        return person_key_by_email(user_id)
+    if get_user_model().objects.filter(username=user_id).exists():
+        return person_of(f"web:{user_id}")
+    return None
+
+
+def person_key_by_email(email: str) -> str | None:
+    found = Person.objects.filter(email__iexact=email).values_list("pk", flat=True).first()
+    return None if found is None else f"person:{found}"
+
+
+def linked_identities(*, user: Any) -> list[str]:
+    """The chat identities linked to a signed-in user's person, sorted."""
+    return list(PersonIdentity.objects.filter(person__user=user).order_by("identity").values_list("identity", flat=True))
+
+
+def channels_sending_direct_messages() -> list[str]:
+    """The names of the configured channels whose adapter can send one person a link (`sends_direct_messages`)."""
+    return [c.name for c in Channel.objects.order_by("name") if channel_adapter(c).sends_direct_messages]
+
+
+def _native_ids(people: list[Person], kind: str) -> list[str]:
+    """The channel-native ids of `people` on a channel of `kind`: their linked `kind:` identities, or
+    on the web channel their Django usernames."""
+    if kind == "web":
+        return [p.user.username for p in people if p.user is not None]
+    prefix = f"{kind}:"
+    identities = PersonIdentity.objects.filter(person__in=people, identity__startswith=prefix).order_by("person_id", "identity")
+    natives = [row.identity[len(prefix) :] for row in identities]
+    if kind == "email":  # the e-mail channel reaches a person at their own address too
+        natives += [p.email for p in people if p.email]
+    return natives
+
+
+def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tuple[list[str], dict[str, Any]]:
+    """A gate's `approvers` for a channel of `kind`, routed as the request is made: (the channel-native
+    ids the request's card names and that may decide, the people snapshot for `approver_people`).
+
+    Raw channel ids stay as they are. `group:NAME` is every active member, `person:EMAIL` that person,
+    each reached by their identities linked on `kind`. Anyone routed the request (named, or linked to
+    a raw id) who has a stand-in whose window is open now reaches the stand-in too. A list that names
+    nobody known and no stand-in comes back exactly as it was given, with an empty snapshot.
+    """
+    if not entries:
+        return [], {}
+    raw = [e for e in entries if not e.startswith(PEOPLE_PREFIXES)]
+    named: dict[int, Person] = {}
+    for entry in entries:
+        prefix, _, name = entry.partition(":")
+        if prefix == "group":
+            members = Person.objects.filter(groups__name=name, active=True).select_related("user")
+            named.update((p.pk, p) for p in members)
+        elif prefix == "person":
+            person = Person.objects.filter(email__iexact=name, active=True).select_related("user").first()
+            if person is not None:
+                named[person.pk] = person
+    linked_ids = {f"{kind}:{native}" for native in raw}
+    linked = Person.objects.filter(active=True).filter(
+        Q(identities__identity__in=linked_ids) | Q(user__username__in=raw if kind == "web" else [])
+    ).distinct()
+    everyone = {**{p.pk: p for p in linked}, **named}
+    stand_ins: dict[str, dict[str, str]] = {}
+    delegates: dict[int, Person] = {}
+    for row in (
+        StandIn.objects.filter(person_id__in=list(everyone), starts_at__lte=now, ends_at__gt=now, delegate__active=True)
+        .select_related("person", "delegate__user")
+        .order_by("starts_at")
+    ):
+        if row.delegate_id in named or row.delegate_id in delegates:
+            continue  # named in their own right, or already standing in for someone
+        delegates[row.delegate_id] = row.delegate
+        stand_ins[row.delegate.key] = {"for": row.person.key, "name": row.person.display_name, "until": row.ends_at.isoformat()}
+    if not named and not stand_ins:
+        return list(entries), {}
+    routed = list(dict.fromkeys([*raw, *_native_ids([*named.values(), *delegates.values()], kind)]))
+    unresolved = [e for e in entries if e.startswith(PEOPLE_PREFIXES)] if not routed else []
+    # A named list never becomes [] ("any member"): entries nobody answers to keep it closed.
+    snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins}
+    return routed + unresolved, snapshot
+
+
+def still_to_answer(confirmation: ConfirmationRequest, *, channel_name: str = "") -> tuple[str, ...]:
+    """Who has yet to answer a request that needs more than one approval (the card's "Waiting for"):
+    the people routed it by name, else the channel-native approvers, minus those who answered."""
+    if confirmation.status != Status.PENDING or confirmation.approvals_required <= 1:
+        return ()
+    answered = set(confirmation.responses.values_list("person", flat=True)) | set(
+        confirmation.responses.exclude(on_behalf_of="").values_list("on_behalf_of", flat=True)
+    )
+    routed = routed_people(confirmation, channel_name=channel_name or confirmation.channel.name)
+    if routed["people"]:
+        return tuple(name for key, name in routed["people"].items() if key not in answered)
+    approvers = approvers_for_channel(confirmation, channel_name=channel_name or confirmation.channel.name) or []
+    kind = confirmation.channel.kind
+    return tuple(a for a in approvers if person_of(f"{kind}:{a}") not in answered and not a.startswith(PEOPLE_PREFIXES))
 
 
 def approvals_so_far(confirmation: ConfirmationRequest) -> list[str]:
@@ -394,6 +567,23 @@ def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> C
         editable_paths=tuple(confirmation.editable_paths or ()),
         grant_options=tuple(grant_label(option) for option in confirmation.grant_options or ()),
         items=items,
+        waiting_for=still_to_answer(confirmation, channel_name=channel_name),
+        on_behalf_of=on_behalf_of(confirmation),
+    )
+
+
+def on_behalf_of(confirmation: ConfirmationRequest | ConfirmationState) -> str:
+    """The name of the person a stand-in decided for, if the deciding answer was a stand-in's; else ""."""
+    if not confirmation.decided_by or confirmation.status not in (Status.APPROVED, Status.REJECTED):
+        return ""
+    if " on behalf of " not in confirmation.decided_by_name:
+        return ""  # the one mark a stand-in's decision carries on the row: no query for any other
+    return (
+        ApproverResponse.objects.filter(confirmation_id=confirmation.pk, approver=confirmation.decided_by)
+        .exclude(on_behalf_of="")
+        .values_list("on_behalf_of_name", flat=True)
+        .first()
+        or ""
     )
 
 

@@ -10,22 +10,31 @@ from django.conf import settings
 
 from approvals import services
 from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
+from gateway import tracing
+
+
+def _trace_of(request) -> dict[str, str]:
+    """The trace context the task was queued in (`services.records.enqueue` puts it in the headers)."""
+    return {key: request.get(key) for key in ("traceparent", "tracestate") if isinstance(request.get(key), str)}
 
 
 @shared_task(name=DELIVER_OUTBOX_TASK, bind=True, max_retries=None, acks_late=True)
 def deliver_outbox(self, outbox_id: int) -> None:
     """Send one outbox row (card, redraw, reminder, webhook); transient failures come back later."""
-    result = services.outbox_deliver(outbox_id=outbox_id)
+    with tracing.attached(_trace_of(self.request)):
+        result = services.outbox_deliver(outbox_id=outbox_id)
     if result.retry_in is not None:
         raise self.retry(countdown=result.retry_in)
 
 
-@shared_task(name=DELIVER_OUTBOX_BATCH_TASK, acks_late=True)
-def deliver_outbox_batch(outbox_ids: list[int]) -> int:
+@shared_task(name=DELIVER_OUTBOX_BATCH_TASK, bind=True, acks_late=True)
+def deliver_outbox_batch(self, outbox_ids: list[int]) -> int:
     """Send outbox rows written together, one after another; a row that must wait comes back on its own."""
     sent = 0
+    trace = _trace_of(self.request)
     for outbox_id in outbox_ids:
-        result = services.outbox_deliver(outbox_id=outbox_id)
+        with tracing.attached(trace):
+            result = services.outbox_deliver(outbox_id=outbox_id)
         sent += result.sent
         if result.retry_in is not None:
             deliver_outbox.apply_async(args=[outbox_id], countdown=result.retry_in)

@@ -42,6 +42,7 @@ from approvals import selectors, services
 from approvals.errors import InvalidInput
 from approvals.models import ConfirmationRequest, Status
 from approvals.types import ConfirmationState
+from gateway import metrics, tracing
 from gateway.realtime import waiters
 
 logger = logging.getLogger("approvals.waiting")
@@ -127,6 +128,7 @@ async def confirmation_states(
     agent_id: int,
     until: float | None = None,
     with_approvals: bool = False,
+    via: str = "websocket",
 ) -> AsyncIterator[ConfirmationState]:
     """Yield one request's state now, then after every change, until it is final.
 
@@ -136,7 +138,8 @@ async def confirmation_states(
     the process's expiry queue, which expires it and so notifies. With `until`
     (an event-loop time) the iteration also ends once that passes, after
     yielding the state read then. Nothing is yielded if the request is not
-    this agent's. `with_approvals` reads who approved so far as well.
+    this agent's. `with_approvals` reads who approved so far as well. A final state
+    the waiter was woken for is timed from its decision (`gateway_agent_wake_seconds{via}`).
 
     Use it with `contextlib.aclosing` so the waiter is unregistered as soon as
     the caller stops. While parked a waiter holds its future and one timer,
@@ -147,6 +150,7 @@ async def confirmation_states(
     _ensure_rechecker()
     future = waiters.register(key)
     told: Any = None
+    woken = False
     try:
         while True:
             if isinstance(told, dict):
@@ -164,6 +168,8 @@ async def confirmation_states(
                 _expiries().schedule(key, state.expires_at)
             step = None if until is None else until - loop.time()
             done = state.is_final or (step is not None and step <= 0)
+            if state.is_final and woken and state.decided_at is not None:
+                metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp())
             yield state
             del state
             if done:
@@ -171,6 +177,7 @@ async def confirmation_states(
             timer = loop.call_later(step, _resolve, future) if step is not None else None
             try:
                 told = await future
+                woken = True
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -180,10 +187,32 @@ async def confirmation_states(
         waiters.unregister(key, future)
 
 
-async def wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float) -> ConfirmationState | None:
-    """Wait until the request is final or `timeout` passes; its state as last known (None if not this agent's)."""
+async def wait_for_final(
+    *, confirmation_id: Any, agent_id: int, timeout: float, via: str = "long_poll"
+) -> ConfirmationState | None:
+    """Wait until the request is final or `timeout` passes; its state as last known (None if not this agent's).
+
+    Traced (when on) as the span `await_decision`, with the events `gateway.wait.started` and, at the
+    time of the decision, `gateway.decision`."""
+    if not tracing.active():
+        return await _wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout, via=via)
+    attributes = {"gateway.confirmation.id": str(confirmation_id), "gateway.wait.via": via, "gateway.wait.timeout_seconds": timeout}
+    with tracing.span("await_decision", attributes=attributes):
+        tracing.event("gateway.wait.started")
+        started = time.time()
+        state = await _wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout, via=via)
+        decided_at = state.decided_at.timestamp() if state is not None and state.decided_at else None
+        if state is not None and state.is_final and decided_at is not None and decided_at >= started:
+            # Decided while it waited (not before): the event at the decision's own time.
+            decided = {"gateway.confirmation.status": state.status, "gateway.decided_by": state.decided_by}
+            tracing.event("gateway.decision", decided, at=decided_at)
+        tracing.annotate({"gateway.confirmation.status": state.status if state is not None else "not_found"})
+        return state
+
+
+async def _wait_for_final(*, confirmation_id: Any, agent_id: int, timeout: float, via: str) -> ConfirmationState | None:
     until = asyncio.get_running_loop().time() + timeout
-    states = confirmation_states(confirmation_id=confirmation_id, agent_id=agent_id, until=until)
+    states = confirmation_states(confirmation_id=confirmation_id, agent_id=agent_id, until=until, via=via)
     async with contextlib.aclosing(states):
         last = None
         async for last in states:

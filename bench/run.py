@@ -39,6 +39,7 @@ import os
 import re
 import resource
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -77,6 +78,10 @@ BENCH_ENV = {
     "GATEWAY_VAR_DIR": str(ROOT / "var" / "bench"),
     "GATEWAY_PUBLIC_URL": "http://127.0.0.1:8000",
 }
+# Metrics on, as in production (`--no-metrics` to compare): every server process counts into files in
+# this directory (prometheus_client's multi-process mode, the costlier one), and /metrics answers.
+METRICS_DIR = ROOT / "var" / "bench" / "prometheus"
+METRICS_ENV = {"PROMETHEUS_MULTIPROC_DIR": str(METRICS_DIR), "GATEWAY_METRICS_TOKEN": secrets.token_urlsafe(24)}
 
 CONFIG = f"""
 channels:
@@ -513,6 +518,7 @@ async def part_allow(gateway: Server, bare: Server, ids: dict[str, Any], *, seco
         result[name]["requests"] for name in targets
     ) - 0  # every request of all three inserts one row with this tool name
     result["ratio"] = round(result["pre_tool_use"]["rps"] / result["bare_reference"]["rps"], 3)
+    result["metrics"] = await asyncio.to_thread(scraped_allowed_calls, gateway)
     result["alone_ratio"] = round(alone["pre_tool_use"]["p50"] / alone["bare_reference"]["p50"], 2)
     result["met"] = (
         result["ratio"] >= TARGETS["allow_ratio"]
@@ -520,6 +526,24 @@ async def part_allow(gateway: Server, bare: Server, ids: dict[str, Any], *, seco
         and result["pre_tool_use"]["errors"] == 0
     )
     return result
+
+
+def scraped_allowed_calls(gateway: Server) -> dict[str, Any]:
+    """With metrics on: the allowed calls /metrics counted (every one the server answered, warm-up included)."""
+    if "PROMETHEUS_MULTIPROC_DIR" not in BENCH_ENV:
+        return {"on": False}
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = httpx.get(f"http://127.0.0.1:{gateway.port}/metrics", headers={"authorization": f"Bearer {BENCH_ENV['GATEWAY_METRICS_TOKEN']}"})
+    counted = sum(
+        sample.value
+        for family in text_string_to_metric_families(response.text)
+        if family.name == "gateway_tool_calls"
+        for sample in family.samples
+        if sample.labels.get("decision") == "allow"
+    )
+    return {"on": True, "multiprocess": True, "allowed_calls_counted": counted}
 
 
 # --------------------------------------------------------------------------- 2. wake
@@ -1151,7 +1175,12 @@ def main() -> int:
     parser.add_argument("--grow-tool-calls", type=int, default=1_000_000, help="6: ToolCall rows added")
     parser.add_argument("--grow-pending", type=int, default=100_000, help="6: pending requests added")
     parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin server and client to a CPU each")
+    parser.add_argument("--no-metrics", dest="metrics", action="store_false", help="servers without Prometheus metrics")
     args = parser.parse_args()
+    if args.metrics:
+        shutil.rmtree(METRICS_DIR, ignore_errors=True)  # counts of an earlier run are not this run's
+        METRICS_DIR.mkdir(parents=True)
+        BENCH_ENV.update(METRICS_ENV)
     args.crowd = [int(n) for n in args.crowd.split(",") if n]
     args.expiry = [int(n) for n in args.expiry.split(",") if n]
 

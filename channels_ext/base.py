@@ -215,6 +215,10 @@ class CardView:
     editable_paths: tuple[str, ...] = ()  # argument paths an approver may change (empty: no editing)
     grant_options: tuple[str, ...] = ()  # labels of the scopes offered besides Approve once; index = choice
     items: tuple[CardItem, ...] = ()  # the calls of this request's turn shown on its card (empty: just this one)
+    # Who has yet to answer a request that needs several approvals: people's names, or channel-native ids.
+    waiting_for: tuple[str, ...] = ()
+    # The decision was a stand-in's: the name of the person it was given for ("… on behalf of Alice").
+    on_behalf_of: str = ""
 
     @property
     def edited(self) -> bool:
@@ -224,6 +228,12 @@ class CardView:
     def decider(self) -> str:
         """Who decided, for people: "alice (slack:U0ALICE)"."""
         return actor_label(self.decided_by, self.decided_by_name)
+
+    @property
+    def behalf(self) -> str:
+        """" on behalf of Alice" after a stand-in's decision, for cards that mention the decider by id
+        (whose display name, which says it too, they do not show); "" otherwise."""
+        return f" on behalf of {self.on_behalf_of}" if self.on_behalf_of else ""
 
     @property
     def pending_items(self) -> tuple[CardItem, ...]:
@@ -347,6 +357,20 @@ class ChannelAdapter:
         from the page it draws reaches `handle_callback`. Raise CallbackError for a
         link that is not one this channel made.
         """
+        raise NotImplementedError
+
+    # Whether `find_user_by_email` asks the vendor for an account by e-mail (the people directory).
+    finds_people_by_email: ClassVar[bool] = False
+    # Whether `send_direct` can message one person (the one-time link that ties an account to a person).
+    sends_direct_messages: ClassVar[bool] = False
+
+    def find_user_by_email(self, email: str) -> str | None:
+        """The channel-native id of the vendor's account with this e-mail (Slack's `users.lookupByEmail`,
+        Feishu's contact lookup); None if the vendor knows none. Raises ChannelError on failure."""
+        raise NotImplementedError
+
+    def send_direct(self, native_id: str, text: str) -> None:
+        """Send `text` to the one person `native_id` (a direct message). Raises ChannelError on failure."""
         raise NotImplementedError
 
     def setup(self, callback_url: str) -> str:

@@ -59,6 +59,24 @@ def deciders(card: CardView) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def _behalf(card: CardView, actor: str, shown: str, text: Callable[[str], str]) -> str:
+    """" on behalf of Ada" after the decider a medium shows by a mention (which drops the display name
+    that says it); "" where the shown label carries it already, or the decision was no stand-in's."""
+    if not card.on_behalf_of or actor != card.decided_by or card.behalf.strip() in shown:
+        return ""
+    return text(card.behalf)
+
+
+def waiting_line(card: CardView, *, person: Callable[[str, str], str], limit: int = 20) -> str:
+    """Who still has to answer a request that needs several approvals, "" when nobody is listed:
+    "Bob, Carol" (people's names, or channel ids a medium shows as mentions)."""
+    if not card.waiting_for or not card.is_pending:
+        return ""
+    shown = ", ".join(person(who, "") for who in card.waiting_for[:limit])
+    more = len(card.waiting_for) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def outcome_sentence(
     card: CardView,
     *,
@@ -76,7 +94,7 @@ def outcome_sentence(
         sentence += " (edited)"
     who = deciders(card)
     if who:
-        sentence += " by " + ", ".join(person(actor, name) for actor, name in who)
+        sentence += " by " + ", ".join(person(actor, name) + _behalf(card, actor, person(actor, name), text) for actor, name in who)
     if card.decided_at is not None:
         sentence += f" at {utc_text(card.decided_at)}"
     if card.decision_reason:

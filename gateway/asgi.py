@@ -7,6 +7,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
+from gateway import tracing  # noqa: E402
+
+tracing.configure()  # off unless OTEL_* variables ask for traces
+
 django_asgi_app = get_asgi_application()
 
 from gateway.startup import apply_startup_config, check_audit_key  # noqa: E402

@@ -55,11 +55,14 @@ class DeliveryFailed(Exception):
     `channels_ext.base.ChannelError` is the channel adapters' kind of it.
     """
 
-    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None):
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None, code: str = ""):
         super().__init__(message)
         self.message = message
         self.permanent = permanent
         self.retry_after = retry_after
+        # The vendor's own short error code where it gives one (Slack's `channel_not_found`, Feishu's
+        # numeric code); a metrics label, so never free text.
+        self.code = code
 
 
 def signed_headers(secret: str | bytes, body: str, *, message_id: str | None = None) -> dict[str, str]:

@@ -209,18 +209,21 @@ class Listener:
 
 
 def conninfo() -> str:
-    """The default database as a libpq connection string (for connections outside Django's pool)."""
+    """The default database as a libpq connection string (for connections outside Django's pool): every
+    host of a multi-host DATABASE_URL and its parameters (`target_session_attrs`, `sslmode`, …), with TCP
+    keepalives so that a server gone silent (no FIN, e.g. a failed-over host) is noticed within a minute."""
     from psycopg.conninfo import make_conninfo
 
-    db = connection.settings_dict
     params = {
-        "dbname": db["NAME"],
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": str(db["PORT"]) if db.get("PORT") else None,
+        key: value
+        for key, value in connection.get_connection_params().items()
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and value != ""
     }
-    return make_conninfo(**{k: v for k, v in params.items() if v})
+    params.setdefault("keepalives", 1)
+    params.setdefault("keepalives_idle", 20)
+    params.setdefault("keepalives_interval", 5)
+    params.setdefault("keepalives_count", 4)
+    return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
 waiters = WaiterRegistry()

@@ -117,9 +117,33 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gateway.sqlite3'}")
+
+
+def _postgres_multi_host(url: str) -> dict:
+    """A PostgreSQL URL naming several hosts (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`),
+    read by libpq itself: dj-database-url takes one host only. Django hands HOST and PORT (comma-separated
+    lists) and the other parameters to psycopg as they are, and libpq tries the hosts in turn."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.pop("dbname", ""),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
+    }
+
+
 try:
-    _db = dj_database_url.parse(DATABASE_URL)
-except Exception as exc:  # dj-database-url raises several types on junk
+    _scheme, _, _rest = DATABASE_URL.partition("://")
+    if _scheme in ("postgres", "postgresql") and "," in _rest.partition("/")[0]:
+        _db = _postgres_multi_host(DATABASE_URL)
+    else:
+        _db = dj_database_url.parse(DATABASE_URL)
+except Exception as exc:  # dj-database-url and libpq raise several types on junk
     raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + IMMEDIATE transactions let the server, worker and beat share one file.
@@ -186,6 +210,9 @@ GATEWAY_CACHE_MAX_AGE_SECONDS = env_int("GATEWAY_CACHE_MAX_AGE_SECONDS", 5)
 if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_CACHE_MAX_AGE_SECONDS must be 0 or more, got {GATEWAY_CACHE_MAX_AGE_SECONDS}")
 # The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
+# `/metrics` answers only a scraper sending `Authorization: Bearer <this>`; unset: /metrics is off (404).
+GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
+
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
 if GATEWAY_MAX_BODY_BYTES < 1024:
     raise ImproperlyConfigured(f"GATEWAY_MAX_BODY_BYTES must be at least 1024 (bytes), got {GATEWAY_MAX_BODY_BYTES}")
@@ -281,11 +308,23 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "approval-login"
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES  # Django's own check agrees with the ASGI layer's
 
+# `text` (the default, what `make run` prints) or `json`: one JSON object per line, with the request,
+# agent, session, tool and confirmation a line is about (gateway.logs; docs/operating.md, "Logs").
+GATEWAY_LOG_FORMAT = env_str("GATEWAY_LOG_FORMAT", "text")
+if GATEWAY_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"GATEWAY_LOG_FORMAT must be text or json, got {GATEWAY_LOG_FORMAT!r}")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "gateway.logs.json_formatter"},
+    },
+    "filters": {"context": {"()": "gateway.logs.ContextFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": GATEWAY_LOG_FORMAT, "filters": ["context"]}
+    },
     "loggers": {
         "gateway": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
         "approvals": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},

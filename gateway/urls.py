@@ -8,6 +8,7 @@ from gateway import health
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
     path("api/v1/", include("approvals.api.urls")),
     path("channels/", include("channels_ext.urls")),
     path("", include("channels_ext.web.urls")),

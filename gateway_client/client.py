@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator
@@ -42,11 +43,30 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, wait_exponential_jitter
 
+try:  # the agent's own OpenTelemetry, if it has one: the gateway's spans continue its trace
+    from opentelemetry import propagate as _propagate
+except ImportError:  # pragma: no cover - the client needs only httpx
+    _propagate = None
+
 API_PREFIX = "/api/v1"
 DEFAULT_TIMEOUT = 10.0  # seconds for one request that the gateway does not hold
 DEFAULT_LONG_POLL = 25  # seconds the gateway holds one waiting request (its maximum is 60)
 DEFAULT_RECONNECT_FOR = 30.0  # seconds an outage is tolerated before giving up
 USER_AGENT = "gateway-client/1"
+
+
+def trace_headers() -> dict[str, str]:
+    """The W3C trace context (`traceparent`, `tracestate`) every request carries: the agent's current
+    OpenTelemetry span if it has one, else `TRACEPARENT` / `TRACESTATE` from the environment (how a
+    parent process hands its trace to a command such as the Claude Code hook). Empty when neither."""
+    headers: dict[str, str] = {}
+    if _propagate is not None:
+        _propagate.inject(headers)
+    if "traceparent" not in headers and os.environ.get("TRACEPARENT"):
+        headers["traceparent"] = os.environ["TRACEPARENT"]
+        if os.environ.get("TRACESTATE"):
+            headers["tracestate"] = os.environ["TRACESTATE"]
+    return headers
 
 
 # --------------------------------------------------------------------------- errors
@@ -435,7 +455,12 @@ class _BaseClient(Generic[_D, _R]):
 
     def _request(self, call: _Call) -> httpx.Request:
         return self._http.build_request(
-            call.method, call.path, json=call.json, params=call.params, timeout=self._timeout(call)
+            call.method,
+            call.path,
+            json=call.json,
+            params=call.params,
+            timeout=self._timeout(call),
+            headers=trace_headers() or None,
         )
 
     # -- pre-tool-use -----------------------------------------------------------

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from gateway import metrics, tracing
 from hooks.base import (
     DECIDING_EVENTS,
     DEFAULT_MAX_ATTEMPTS,
@@ -149,11 +150,15 @@ def _run_one(hook: Hook, ctx: HookContext, *, force: bool = False) -> HookResult
     try:
         if not force and not hook.should_trigger(ctx):
             return None
-        result = hook.run(ctx)
-        if not isinstance(result, HookResult):
-            raise TypeError(f"hook returned {type(result).__name__}, not HookResult")
+        attributes = {"gateway.hook.name": hook.name, "gateway.hook.kind": hook.kind, "gateway.hook.event": ctx.event}
+        with tracing.span(f"hook {hook.name}", attributes=attributes):  # nothing when tracing is off
+            result = hook.run(ctx)
+            if not isinstance(result, HookResult):
+                raise TypeError(f"hook returned {type(result).__name__}, not HookResult")
+            tracing.annotate({"gateway.hook.decision": result.decision})
         return result
     except Exception as exc:
+        metrics.hook_failed(kind=hook.kind, event=ctx.event, exc=exc, on_error=hook.on_error)
         message = f"hook {hook.name} failed: {exc}"
         if hook.on_error == "fail_open":
             logger.warning("%s (fail_open: ignored)", message)

@@ -44,7 +44,7 @@ from django.db import connection
 
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
-from approvals.api.errors import error_body
+from approvals.api.errors import RETRY_AFTER_SECONDS, database_unavailable_body, error_body, is_database_unavailable
 from approvals.api.parsing import JSON_MEDIA_TYPES, YAML_MEDIA_TYPES, json_loads, media_type
 from approvals.api.views import PreToolUseApi
 from approvals.caches import KeyHolder, StaleCache, cache
@@ -53,6 +53,7 @@ from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
 from gateway_client.claude_code import blocked_output
+from gateway import logs, tracing
 from gateway.realtime import waiters
 from hooks.state import session_changed
 
@@ -137,6 +138,14 @@ class AgentApiMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # Every line logged while serving it names the request (Django's threads copy the context).
+        token = logs.bind(request_id=logs.request_id(_header(scope, b"x-request-id")))
+        try:
+            return await self._serve(scope, receive, send)
+        finally:
+            logs.unbind(token)
+
+    async def _serve(self, scope, receive, send):
         refused = body_refusal(scope)
         if refused is not None:
             return await _send_refusal(send, refused, scope)
@@ -150,7 +159,10 @@ class AgentApiMiddleware:
                 return await self._pre_tool_use(scope, receive, send)
             except PayloadTooLarge as exc:
                 return await _send_refusal(send, exc, scope)
-            except Exception:  # e.g. the database unreachable: still the API's error shape
+            except Exception as exc:  # e.g. the database unreachable: still the API's error shape
+                if is_database_unavailable(exc):
+                    logger.warning("%s %s: the database is unavailable (%s)", method, path, exc)
+                    return await _send_unavailable(send)
                 logger.exception("%s %s failed", method, path)
                 return await _send_json(send, 500, error_body("internal_error", "the gateway failed; see its log"))
         try:
@@ -174,7 +186,13 @@ class AgentApiMiddleware:
             timeout = parse_timeout((query.get("timeout") or [None])[0])
         except InvalidInput as exc:
             return await _send_json(send, 400, error_body(exc.code, exc.message, exc.details))
-        confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
+        with tracing.span(
+            "wait_confirmation",
+            kind="server",
+            context=tracing.extract(scope.get("headers", ())),
+            attributes={"gateway.confirmation.id": str(confirmation_id)},
+        ):
+            confirmation = await wait_for_final(confirmation_id=confirmation_id, agent_id=agent_id, timeout=timeout)
         if confirmation is None:
             return await _send_json(send, 404, error_body("not_found", f"no confirmation request {raw_id}"))
         # Built from the state the waiter has: no query, so it runs on the event loop.
@@ -182,6 +200,18 @@ class AgentApiMiddleware:
 
     async def _pre_tool_use(self, scope, receive, send) -> None:
         body = await _read_body(receive)
+        if not tracing.active():
+            return await self._ask(scope, body, send)
+        data = _json_object(body)
+        with tracing.tool_span(
+            tool_name=_text(data.get("tool_name")),
+            tool_call_id=_text(data.get("tool_call_id")),
+            session_id=_text(data.get("session_id")),
+            context=tracing.extract(scope.get("headers", ())),
+        ):
+            return await self._ask(scope, body, send)
+
+    async def _ask(self, scope, body: bytes, send) -> None:
         if await serve_pre_tool_use(scope, body, send):
             return
         # No key, an unknown or revoked one, a malformed or invalid body: Django and DRF answer,
@@ -199,7 +229,7 @@ class AgentApiMiddleware:
         if agent_id is None:  # Django answered, so the key was good a moment ago: it was revoked since
             return await captured.forward(send)
         confirmation = await wait_for_final(
-            confirmation_id=answer["confirmation_id"], agent_id=agent_id, timeout=wait_seconds
+            confirmation_id=answer["confirmation_id"], agent_id=agent_id, timeout=wait_seconds, via="pre_tool_use"
         )
         if confirmation is None or not confirmation.is_final:
             return await captured.forward(send)
@@ -207,7 +237,9 @@ class AgentApiMiddleware:
             final = _CapturedResponse()
             await self.app(scope, _replay_receive(body), final.send)
             return await final.forward(send)
-        await _send_json(send, 200, final_answer(confirmation, answer))
+        answered = final_answer(confirmation, answer)
+        tracing.annotate({"gateway.decision": answered["decision"]})
+        await _send_json(send, 200, answered)
 
 
 async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
@@ -235,7 +267,10 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
         result = answer.as_dict()
         if result["decision"] == "pending" and validated["wait_seconds"] > 0:
             state = await wait_for_final(
-                confirmation_id=answer.confirmation_id, agent_id=holder.agent_id, timeout=validated["wait_seconds"]
+                confirmation_id=answer.confirmation_id,
+                agent_id=holder.agent_id,
+                timeout=validated["wait_seconds"],
+                via="pre_tool_use",
             )
             if state is not None and state.is_final and is_replay(result):
                 # The repeat ask, asked again now that it is final: it rebuilds the arguments to run
@@ -251,12 +286,29 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
     except GatewayError as exc:
         await _send_json(send, exc.status, error_body(exc.code, exc.message, exc.details))
         return True
-    except Exception:
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            logger.warning("pre-tool-use for agent %s: the database is unavailable (%s)", holder.agent_name, exc)
+            await _send_unavailable(send)
+            return True
         logger.exception("pre-tool-use failed for agent %s", holder.agent_name)
         await _send_json(send, 500, error_body("internal_error", "the gateway failed while deciding; see its log"))
         return True
+    tracing.annotate({"gateway.decision": result["decision"]})  # the final one, if it was waited for
     await _send_json(send, 200, result)
     return True
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json_loads(body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _wait_seconds_of(body: bytes) -> float:
@@ -380,13 +432,20 @@ class _CapturedResponse:
         await send({"type": "http.response.body", "body": bytes(self.body)})
 
 
-async def _send_json(send, status: int, data: dict[str, Any], *, close: bool = False) -> None:
+async def _send_json(
+    send, status: int, data: dict[str, Any], *, close: bool = False, extra: list[tuple[bytes, bytes]] = ()
+) -> None:
     body = json.dumps(data).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_unavailable(send) -> None:
+    """503 database_unavailable with Retry-After: nothing was decided; the same request may be sent again."""
+    await _send_json(send, 503, database_unavailable_body(), extra=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
 
 
 async def _send_refusal(send, refused: GatewayError, scope) -> None:

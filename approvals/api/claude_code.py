@@ -46,6 +46,7 @@ from approvals.api.parsing import json_loads
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.types import PreToolUseAnswer
 from approvals.waiting import wait_for_final
+from gateway import tracing
 from gateway_client.claude_code import (
     HookInput,
     UnsupportedEvent,
@@ -124,7 +125,17 @@ async def claude_code_hook(request: HttpRequest) -> JsonResponse:
         return JsonResponse(error_body("unsupported_event", str(exc)), status=400)
     except ValueError as exc:
         return _deny(data["hook_event_name"], f"cannot read the hook input: {exc}")
+    # The ask's span (when tracing is on), as for POST /api/v1/hooks/pre-tool-use.
+    with tracing.tool_span(
+        tool_name=hook.tool_name,
+        tool_call_id=hook.tool_use_id,
+        session_id=hook.session_id,
+        context=tracing.extract(getattr(request, "scope", {}).get("headers", ())),
+    ):
+        return await _answer(request, hook)
 
+
+async def _answer(request: HttpRequest, hook: HookInput) -> JsonResponse:
     def deny(reason: str) -> JsonResponse:
         return _deny(hook.event, reason)
 
@@ -140,7 +151,7 @@ async def claude_code_hook(request: HttpRequest) -> JsonResponse:
         reason, still_pending = answer.reason, False
         if answer.decision == "pending":
             confirmation = await wait_for_final(
-                confirmation_id=answer.confirmation_id, agent_id=agent.pk, timeout=max_wait
+                confirmation_id=answer.confirmation_id, agent_id=agent.pk, timeout=max_wait, via="claude_code"
             )
             if confirmation is not None and confirmation.is_final:
                 answer = selectors.answer_for_confirmation(confirmation, tool_args=answer.tool_args)
@@ -155,6 +166,7 @@ async def claude_code_hook(request: HttpRequest) -> JsonResponse:
     except Exception:
         logger.exception("claude code hook failed for session %s", hook.session_id)
         return deny("the gateway failed while deciding; the call is not allowed (see the gateway log)")
+    tracing.annotate({"gateway.decision": answer.decision})
     return JsonResponse(
         answer_hook(
             hook,

@@ -19,7 +19,7 @@ def sign_everything(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0010_channel_kinds"),
+        ("approvals", "0012_people"),
     ]
 
     operations = [

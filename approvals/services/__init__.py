@@ -8,6 +8,7 @@
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
 - `api_keys`: keys created, revoked, touched;
 - `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
+- `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
 
 Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
@@ -35,6 +36,13 @@ from approvals.services.confirmations import (
 from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
+from approvals.services.people import (
+    person_for_user,
+    person_identity_link,
+    person_link_by_email,
+    person_link_offer,
+    person_link_redeem,
+)
 from approvals.services.records import event_record, outbox_add
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
@@ -67,6 +75,11 @@ __all__ = [
     "grant_revoke",
     "grants_end_session",
     "hook_event_run",
+    "person_for_user",
+    "person_identity_link",
+    "person_link_by_email",
+    "person_link_offer",
+    "person_link_redeem",
     "outbox_add",
     "outbox_claim",
     "outbox_deliver",

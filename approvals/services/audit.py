@@ -46,7 +46,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
@@ -80,6 +80,7 @@ from approvals.models import (
     Grant,
     ToolCall,
 )
+from gateway import metrics
 
 logger = logging.getLogger("approvals.audit")
 PURGE_BATCH = 1000
@@ -146,6 +147,20 @@ def audit_deferred() -> Iterator[None]:
     _append_locked([(agent_id, link) for agent_id, link in queued])
 
 
+def _count_appended(links: Iterable[dict[str, Any]]) -> None:
+    """`gateway_audit_appends_total{record}`, at commit: entries rolled back were never appended."""
+    counts: dict[str, int] = {}
+    for link in links:
+        record = next((name for name, column in LINKS.items() if link.get(column) is not None), "event")
+        counts[record] = counts.get(record, 0) + 1
+
+    def count() -> None:
+        for record, n in counts.items():
+            metrics.AUDIT_APPENDS.labels(record).inc(n)
+
+    transaction.on_commit(count)
+
+
 def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
     """What one write of `row` (as it is now: a model instance, or a dict of its fields) puts in its
     entry, but its place in the chain."""
@@ -191,6 +206,7 @@ def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: 
                 cursor.execute(sql, {**(params or {}), **placed})
                 if cursor.rowcount == 1:
                     _heads[agent_id] = (placed["seq"], placed["hash"])
+                    _count_appended([link])
                     return True
         if where:
             break  # the head moved, or `where` held the write back: which one, only the locked head can say
@@ -206,6 +222,7 @@ def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: 
             cursor.execute(sql, {**(params or {}), **placed})
             if cursor.rowcount != 1:
                 return False
+            _count_appended([link])
     _heads[agent_id] = (placed["seq"], placed["hash"])
     return True
 
@@ -244,6 +261,7 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
             seq, prev = placed["seq"], placed["hash"]
         heads[agent_id] = (seq, prev, entries[-1].prev_hash)
     AuditEntry.objects.bulk_create(entries)
+    _count_appended(link for _, link in links)
     AuditHead.objects.bulk_update(
         [AuditHead(agent_id=a, seq=seq, hash=hash_, prev_hash=before) for a, (seq, hash_, before) in heads.items()],
         ["seq", "hash", "prev_hash"],
@@ -337,6 +355,7 @@ def _append_here(link: dict[str, Any]) -> None:
         key_id=placed["key_id"],
         created_at=link["now"],
     )
+    _count_appended([link])
 
 
 # --------------------------------------------------------------------------- heads kept outside the database

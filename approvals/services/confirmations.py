@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -56,10 +57,13 @@ from approvals.services.records import (
 from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
+from gateway import metrics
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label, pre_tool_use_context
 from hooks.chain import mask_args, run_chain
+
+logger = logging.getLogger("approvals.confirmations")
 
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
@@ -123,6 +127,13 @@ def confirmation_create(
         )
         if first is not None:
             lead_id = first[1] or first[0]
+    # `group:` / `person:` approvers and stand-ins routed now, to the channel's own ids (docs/approving.md, "People").
+    approvers, approver_people = selectors.approver_routing(list(spec.approvers), kind=channel.kind, now=now)
+    escalate_approvers, escalate_people = list(spec.escalate_approvers), {}
+    if escalate_channel is not None:
+        escalate_approvers, escalate_people = selectors.approver_routing(
+            escalate_approvers, kind=escalate_channel.kind, now=now
+        )
     expires_at = now + dt.timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else None
     warn_at = None
     if expires_at is not None and spec.warn_before_seconds:
@@ -136,7 +147,8 @@ def confirmation_create(
         user_id=user_id,
         metadata=metadata,
         channel=channel,
-        approvers=list(spec.approvers),
+        approvers=approvers,
+        approver_people=approver_people,
         approvals_required=spec.approvals_required,
         allow_self_approval=spec.allow_self_approval,
         reason=spec.reason,
@@ -158,7 +170,8 @@ def confirmation_create(
             else None
         ),
         escalate_channel=escalate_channel,
-        escalate_approvers=list(spec.escalate_approvers),
+        escalate_approvers=escalate_approvers,
+        escalate_approver_people=escalate_people,
         callback_url=callback_url,
     )
     confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
@@ -237,6 +250,8 @@ def confirmation_transition(
     if not changed:
         return False
     audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
+    # An expiry decided here was asked for by a click on a request past its deadline (`_respond`).
+    _count_decided([confirmation_id], to_status, now=now, expired_by="click" if to_status == Status.EXPIRED else "")
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
         confirmation,
@@ -276,6 +291,30 @@ def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tup
     if not decision_verifies(ConfirmationRequest, values):
         return values["decision_mac"], values
     return decision_mac(ConfirmationRequest, {**values, **changes}), values
+
+
+def _count_decided(confirmation_ids: list[Any], outcome: str, *, now: dt.datetime, expired_by: str = "") -> None:
+    """At commit (a rolled-back decision is no decision): how long each request waited for it, by channel
+    (`gateway_decision_seconds`), and the expiries. One read per decision, off the allowed path."""
+    waited = list(
+        ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
+    )
+
+    def count() -> None:
+        for pk, channel, created_at in waited:
+            seconds = (now - created_at).total_seconds()
+            metrics.decided(channel=channel or "", outcome=outcome, seconds=seconds)
+            logger.info(
+                "confirmation %s after %.1f s%s",
+                outcome,
+                seconds,
+                f" ({expired_by})" if expired_by else "",
+                extra={"confirmation_id": str(pk), "channel": channel or "", "outcome": outcome},
+            )
+        if expired_by:
+            metrics.EXPIRIES.labels(expired_by).inc(len(waited))
+
+    transaction.on_commit(count)
 
 
 # (channel name, as staff) of a clicker, judged from the request's row (`confirmation_respond`).
@@ -550,11 +589,17 @@ def _respond(
         return outcome(True, "would_apply", "")
 
     person = selectors.person_of(actor)
+    # A stand-in answers for the person they stand in for (docs/approving.md, "Stand-ins").
+    behalf = None if as_admin else selectors.stand_in_for(selectors.routed_people(confirmation, channel_name=channel_name), person=person)
+    if (answered := _answered_for(confirmation, person=person, behalf=behalf)) is not None:
+        return outcome(False, "duplicate", answered)
     response = ApproverResponse(
         confirmation=confirmation,
         approver=actor,
         person=person,
         approver_name=name,
+        on_behalf_of=behalf["for"] if behalf else "",
+        on_behalf_of_name=behalf["name"] if behalf else "",
         decision=callback.decision,
         reason=callback.reason,
         channel=channel_name,
@@ -563,15 +608,21 @@ def _respond(
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
     audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
+    if behalf:
+        who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
+        name_on_behalf = f"{name} on behalf of {behalf['name']}"
+    else:
+        name_on_behalf = name
 
     if callback.decision == "reject":
         confirmation_transition(
             confirmation.pk,
             Status.REJECTED,
             decided_by=actor,
-            decided_by_name=name,
+            decided_by_name=name_on_behalf,
             reason=callback.reason,
             channel=channel_name,
+            event_data=_behalf_data(behalf),
             locked=confirmation,
         )
         return outcome(True, "decided", "Rejected.")
@@ -591,13 +642,13 @@ def _respond(
             confirmation.pk,
             Status.APPROVED,
             decided_by=actor,
-            decided_by_name=name,
+            decided_by_name=name_on_behalf,
             reason=callback.reason,
             channel=channel_name,
             arg_edits=edits,
             approved_args=approved_args,
             event_message=message,
-            event_data=data,
+            event_data={**data, **_behalf_data(behalf)},
             locked=confirmation,
         )
         if not won:  # cannot happen under the row lock; never grant for an approval that did not take
@@ -624,6 +675,26 @@ def _respond(
         locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _behalf_data(behalf: dict[str, str] | None) -> dict[str, str]:
+    """What a decision event records of a stand-in's answer (`on_behalf_of`: the person key)."""
+    return {"on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]} if behalf else {}
+
+
+def _answered_for(confirmation: ConfirmationRequest, *, person: str, behalf: dict[str, str] | None) -> str | None:
+    """A sentence if this answer would count someone twice: a stand-in for a person who answered (or
+    for whom another stand-in answered), or a person whose stand-in answered for them; else None."""
+    if confirmation.approvals_required <= 1:
+        return None  # the first answer decides: nobody can have answered before
+    if behalf is not None:
+        if confirmation.responses.filter(Q(person=behalf["for"]) | Q(on_behalf_of=behalf["for"])).exists():
+            return f"{behalf['name']} has already answered this request (in person or through a stand-in)."
+        return None
+    earlier = confirmation.responses.filter(on_behalf_of=person).values_list("approver_name", flat=True).first()
+    if earlier is not None:
+        return f"{earlier} has already answered this request on your behalf; one person counts once."
+    return None
 
 
 def _already_answered(confirmation: ConfirmationRequest, *, person: str, actor: str) -> str:
@@ -849,6 +920,7 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             [(r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
              for r in signed]
         )  # fmt: skip
+        _count_decided(ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter")
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids
@@ -903,6 +975,8 @@ def confirmation_remind(*, confirmation_id: Any, now: dt.datetime) -> bool:
         approvals = confirmation.responses.filter(decision="approve").count()
         text += f" ({approvals} of {confirmation.approvals_required} approvals so far)"
     event_record(confirmation, EventKind.REMINDED, actor=SYSTEM_ACTOR, message=text)
+    transaction.on_commit(metrics.REMINDERS.inc)
+    logger.info("reminder queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:remind", payload={"text": text})
     return True
 
@@ -934,6 +1008,8 @@ def confirmation_warn(*, confirmation_id: Any, now: dt.datetime) -> bool:
     confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
     text = warning_text(confirmation, now=now)
     event_record(confirmation, EventKind.WARNED, actor=SYSTEM_ACTOR, message=text)
+    transaction.on_commit(metrics.WARNINGS.inc)
+    logger.info("deadline warning queued", extra={"confirmation_id": str(confirmation.pk)})
     redraw_add(confirmation.pk, OutboxKind.REMIND, dedupe_key=f"{confirmation.pk}:warn", payload={"text": text})
     return True
 
@@ -962,5 +1038,7 @@ def confirmation_escalate(*, confirmation_id: Any, now: dt.datetime) -> bool:
     )
     # Its own dedupe key: an escalation to the request's own channel still posts a second card.
     card_add(confirmation, target, dedupe_key=f"{confirmation.pk}:card:{target.name}:escalation")
+    transaction.on_commit(metrics.ESCALATIONS.inc)
+    logger.info("escalated to %s", target.name, extra={"confirmation_id": str(confirmation.pk), "channel": target.name})
     redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:escalated")
     return True

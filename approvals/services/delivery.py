@@ -25,6 +25,7 @@ from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
 from channels_ext.base import MessageRef
+from gateway import logs, metrics, tracing
 from gateway.outbound import DeliveryFailed
 
 logger = logging.getLogger("approvals.services")
@@ -49,10 +50,31 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
     row = outbox_claim(outbox_id=outbox_id)
     if row is None:
         return DeliveryResult(sent=False)
+    channel = row.channel.name if row.channel_id else ""
+    with logs.bound(confirmation_id=str(row.confirmation_id), channel=channel):
+        if not tracing.active():
+            return _deliver(row)
+        attributes = {
+            "gateway.confirmation.id": str(row.confirmation_id),
+            "gateway.channel": channel,
+            "gateway.outbox.kind": row.kind,
+            "gateway.outbox.attempt": row.attempts,
+        }
+        name = "deliver_webhook" if row.kind == OutboxKind.WEBHOOK else f"deliver_card {channel}"
+        with tracing.span(name, attributes=attributes):
+            return _deliver(row)
+
+
+def _deliver(row: Outbox) -> DeliveryResult:
     try:
         message_ref, drawn = _perform(row)
     except DeliveryFailed as exc:
-        return _delivery_failed(row, exc)
+        tracing.failed(exc)
+        result = _delivery_failed(row, exc)
+        _count(row, "retrying" if result.retry_in is not None else "failed", error=exc.code)
+        return result
+    _count(row, "sent")
+    logger.info("outbox %s: %s sent (attempt %s)", row.pk, row.kind, row.attempts)
     with transaction.atomic():
         if row.kind == OutboxKind.CARD:
             _lock_request(row)
@@ -70,6 +92,18 @@ def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
                 data={"attempt": row.attempts},
             )
     return DeliveryResult(sent=True)
+
+
+# What each outbox row's kind does to a card (`gateway_card_deliveries_total{operation}`).
+_CARD_OPERATIONS = {OutboxKind.CARD: "post", OutboxKind.UPDATE: "update", OutboxKind.REMIND: "remind"}
+
+
+def _count(row: Outbox, outcome: str, *, error: str = "") -> None:
+    if row.kind == OutboxKind.WEBHOOK:
+        metrics.WEBHOOK_DELIVERIES.labels(outcome).inc()
+        return
+    channel = row.channel.name if row.channel_id else ""
+    metrics.card_delivery(channel=channel, operation=_CARD_OPERATIONS.get(row.kind, row.kind), outcome=outcome, error=error)
 
 
 def outbox_due_ids(*, limit: int = 200) -> list[int]:

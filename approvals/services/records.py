@@ -29,7 +29,7 @@ from approvals.models import (
 )
 from approvals.services.audit import audit_append, audit_append_many
 from channels_ext.base import draws_itself, self_drawing_kinds
-from gateway import realtime
+from gateway import realtime, tracing
 from gateway.celery import app
 
 logger = logging.getLogger("approvals.services")
@@ -230,7 +230,8 @@ def outbox_add_many(rows: list[Outbox]) -> None:
 def enqueue(task_name: str, *args: Any) -> None:
     """Queue a task by name; if the broker is down, beat's outbox relay picks the row up later."""
     try:
-        app.send_task(task_name, args=args, retry=False)
+        # The trace the row was written in goes with the task (empty when tracing is off).
+        app.send_task(task_name, args=args, retry=False, headers=tracing.carrier() or None)
     except Exception as exc:
         logger.warning("could not queue %s%s (%s); the outbox relay will retry", task_name, args, exc)
 

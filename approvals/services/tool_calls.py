@@ -33,7 +33,7 @@ from approvals import selectors
 from approvals.audit import chained_row_verifies
 from approvals.arguments import args_fingerprint, editable_paths, mask_record, masked_paths, replayed_args
 from approvals.caches import StaleCache, cache
-from approvals.errors import IdempotencyMismatch
+from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
@@ -42,9 +42,10 @@ from approvals.services.records import insert_statement
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
+from gateway import logs, metrics, tracing
 from hooks.chain import run_chain
 
-logger = logging.getLogger("approvals.audit")
+logger = logging.getLogger("approvals.tool_calls")
 
 
 def request_fingerprint(payload: dict[str, Any]) -> str:
@@ -56,7 +57,51 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def tool_call_pre(
+def tool_call_pre(*, agent: Agent, **call: Any) -> PreToolUseAnswer:
+    """Run the agent's pre-tool-use chain and record the call (`_tool_call_pre`); counted by its answer
+    (`gateway_tool_calls_total`: a failure is an `error`, a stale cache nothing — it is served again)
+    and logged, with the agent, session, tool and call id on every line logged meanwhile."""
+    token = logs.bind(
+        agent=agent.name,
+        session_id=call.get("session_id"),
+        tool_name=call.get("tool_name"),
+        tool_call_id=call.get("tool_call_id"),
+    )
+    try:
+        answer = _tool_call_pre(agent=agent, **call)
+    except StaleCache:
+        raise
+    except Exception as exc:
+        if not isinstance(exc, GatewayError):
+            metrics.tool_call_answered(agent=agent.name, decision="error")
+            logger.exception("tool call failed")
+            tracing.failed(exc)
+        raise
+    else:
+        metrics.tool_call_answered(agent=agent.name, decision=answer.decision)
+        tracing.annotate(
+            {
+                tracing.GEN_AI_AGENT_NAME: agent.name,
+                "gateway.decision": answer.decision,
+                "gateway.confirmation.id": answer.confirmation_id,
+            }
+        )
+        # An allowed call is the common case and is in the audit record: logged at DEBUG only.
+        level = logging.DEBUG if answer.decision in ("allow", "skip") else logging.INFO
+        if logger.isEnabledFor(level):
+            logger.log(
+                level,
+                "tool call %s: %s",
+                answer.decision,
+                answer.reason or "no hook objected",
+                extra={"decision": answer.decision, "confirmation_id": answer.confirmation_id},
+            )
+        return answer
+    finally:
+        logs.unbind(token)
+
+
+def _tool_call_pre(
     *,
     agent: Agent,
     session_id: str,

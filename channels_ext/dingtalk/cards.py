@@ -25,7 +25,7 @@ from typing import Any
 
 from channels_ext.base import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text
+from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text, waiting_line
 
 APPROVE_ACTION = "approve"
 REJECT_ACTION = "reject"
@@ -95,6 +95,8 @@ def card_markdown(card: CardView) -> str:
             if card.approved_by:
                 progress += " — " + ", ".join(_safe(who, SHORT_LIMIT) for who in card.approved_by)
             lines.append(progress)
+        if waiting := waiting_line(card, person=lambda who, _name: _safe(who, SHORT_LIMIT)):
+            lines.append(f"**Waiting for:** {waiting}")
     if card.escalated:
         lines.append("⏫ **Escalated:** this request was passed on to further approvers.")
     if card.note:

@@ -16,6 +16,7 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 
 from channels_ext.base import CardView
+from channels_ext.cardkit import waiting_line
 
 SUBJECT_LIMIT = 150
 SHORT_LIMIT = 200  # agent, tool, user and session names
@@ -101,6 +102,8 @@ def facts(card: CardView, *, now: dt.datetime | None = None) -> list[tuple[str, 
         rows.append(("Expires", date_text(card.expires_at) + left))
     if card.approvals_required > 1:
         rows.append(("Approvals", f"{len(card.approved_by)} of {card.approvals_required}"))
+    if waiting := waiting_line(card, person=lambda who, _name: who, limit=MAX_APPROVERS_SHOWN):
+        rows.append(("Waiting for", waiting))
     if card.approvers:
         shown = ", ".join(card.approvers[:MAX_APPROVERS_SHOWN])
         more = len(card.approvers) - MAX_APPROVERS_SHOWN

@@ -25,12 +25,14 @@ import json
 import logging
 import math
 import time
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import lark_oapi as lark
 import requests
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from lark_oapi.api.contact.v3 import BatchGetIdUserRequest, BatchGetIdUserRequestBody, BatchGetIdUserResponse
 from lark_oapi.api.im.v1 import (
     CreateMessageRequest,
     CreateMessageRequestBody,
@@ -90,6 +92,8 @@ RATE_LIMIT_RESET_HEADER = "x-ogw-ratelimit-reset"
 _RATE_LIMIT_CODES = frozenset({99991400, 230020})
 # The tenant token was missing or refused: lark-oapi may be holding a revoked one.
 _TOKEN_REFUSED_CODES = frozenset({99991661, 99991663})
+# A Feishu user's open_id, as the contact and message APIs take it.
+_OPEN_ID = re.compile(r"^ou_[0-9A-Za-z]+$")
 # Token endpoint: 10003 invalid app_id, 10014 app secret invalid.
 _CREDENTIAL_CODES = frozenset({10003, 10014})
 # Answers that retrying cannot change, even when Feishu sends them with HTTP 200.
@@ -183,6 +187,44 @@ class FeishuAdapter(ChannelAdapter):
 
         self._call("update the card", send)
 
+    # ------------------------------------------------------------------ people (docs/approving.md, "People")
+
+    finds_people_by_email = True
+    sends_direct_messages = True
+
+    def find_user_by_email(self, email: str) -> str | None:
+        """The open_id of the tenant's user with this e-mail (`contact.v3.user.batch_get_id`, which
+        needs the app's contact permission to read user IDs by e-mail); None if Feishu knows none."""
+        body = BatchGetIdUserRequestBody.builder().emails([email]).include_resigned(False).build()
+
+        def send() -> BatchGetIdUserResponse:
+            request = BatchGetIdUserRequest.builder().user_id_type("open_id").request_body(body).build()
+            return self.client.contact.v3.user.batch_get_id(request)
+
+        response = self._call("look up a user by e-mail", send)
+        for user in (response.data.user_list if response.data else None) or []:
+            if (user.email or "").lower() == email.lower() and user.user_id and _OPEN_ID.match(user.user_id):
+                return user.user_id
+        return None
+
+    def send_direct(self, native_id: str, text: str) -> None:
+        """A text message from the app to one user, by open_id (`im.v1.message.create`, receive_id_type open_id)."""
+        if not _OPEN_ID.match(native_id):
+            raise ChannelError(f"{native_id!r} is not a Feishu open_id (ou_…)", permanent=True)
+        body = (
+            CreateMessageRequestBody.builder()
+            .receive_id(native_id)
+            .msg_type("text")
+            .content(json.dumps({"text": text}, ensure_ascii=False))
+            .build()
+        )
+
+        def send() -> CreateMessageResponse:
+            request = CreateMessageRequest.builder().receive_id_type("open_id").request_body(body).build()
+            return self.client.im.v1.message.create(request)
+
+        self._call("send a direct message", send)
+
     def _call(self, action: str, send: Callable[[], Response]) -> Response:
         response = self._send(action, send)
         if response.code in _TOKEN_REFUSED_CODES:
@@ -205,7 +247,9 @@ class FeishuAdapter(ChannelAdapter):
         except NoAuthorizationException as exc:
             raise ChannelError(f"Feishu channel {self.name!r}: {exc.msg}", permanent=True) from exc
         except requests.RequestException as exc:
-            raise ChannelError(f"Could not reach Feishu to {action}: {type(exc).__name__}: {exc}") from exc
+            raise ChannelError(
+                f"Could not reach Feishu to {action}: {type(exc).__name__}: {exc}", code="connection_error"
+            ) from exc
         except (ValueError, UnmarshalException) as exc:
             # An HTML error page from a gateway in front of Feishu makes the SDK raise JSONDecodeError.
             raise ChannelError(f"Feishu answered '{action}' with a body that is not Feishu JSON: {exc}") from exc
@@ -532,17 +576,17 @@ def _api_error(action: str, response: lark.BaseResponse) -> ChannelError:
     if code in _HINTS:
         message += f"; {_HINTS[code]}"
     if status == 429 or code in _RATE_LIMIT_CODES:
-        return ChannelError(message, retry_after=_retry_after(response))
+        return ChannelError(message, retry_after=_retry_after(response), code=str(code))
     if code in _PERMANENT_CODES or (status is not None and 400 <= status < 500):
-        return ChannelError(message, permanent=True)
-    return ChannelError(message)
+        return ChannelError(message, permanent=True, code=str(code))
+    return ChannelError(message, code=str(code))
 
 
 def _token_error(app_id: str, code: int | None, msg: str | None) -> ChannelError:
     message = f"Feishu refused a tenant access token for app {app_id}: code {code}: {msg}"
     if code in _HINTS:
         message += f"; {_HINTS[code]}"
-    return ChannelError(message, permanent=code in _CREDENTIAL_CODES)
+    return ChannelError(message, permanent=code in _CREDENTIAL_CODES, code=str(code))
 
 
 def _forget_tenant_token(app_id: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence
+from channels_ext.cardkit import cut, outcome_sentence, waiting_line
 from channels_ext.cardkit import utc_text as format_time
 from channels_ext.cardkit import value_text as _format_value
 
@@ -145,6 +145,8 @@ def _status_lines(card: CardView) -> list[str]:
             if card.approved_by:
                 progress += " — " + ", ".join(mention(who) for who in card.approved_by)
             lines.append(progress)
+        if waiting := waiting_line(card, person=mention):
+            lines.append(f"**Waiting for:** {waiting}")
     if card.escalated:
         lines.append("⏫ **Escalated:** this request was passed on to further approvers.")
     if card.note:

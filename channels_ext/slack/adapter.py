@@ -167,13 +167,13 @@ def _api_error(method: str, err: SlackApiError) -> ChannelError:
     code = str(data.get("error") or f"http_{status}")[:100]
     message = f"slack {method} failed: {code}"
     if status == 429:
-        return ChannelError(message, retry_after=_retry_after(response.headers))
+        return ChannelError(message, retry_after=_retry_after(response.headers), code=code)
     if code in PERMANENT_ERRORS:
-        return ChannelError(message, permanent=True)
+        return ChannelError(message, permanent=True, code=code)
     if 400 <= status < 500 and status != 408:
         # e.g. 404 from a wrong api_base_url: a configuration problem, not a blip.
-        return ChannelError(message, permanent=True)
-    return ChannelError(message)
+        return ChannelError(message, permanent=True, code=code)
+    return ChannelError(message, code=code)
 
 
 class SlackAdapter(ChannelAdapter):
@@ -264,6 +264,30 @@ class SlackAdapter(ChannelAdapter):
             ),
         )
 
+    # --- people (docs/approving.md, "People") -------------------------------
+
+    finds_people_by_email = True
+    sends_direct_messages = True
+
+    def find_user_by_email(self, email: str) -> str | None:
+        """The Slack user id of the workspace member with this e-mail (`users.lookupByEmail`, which needs
+        the `users:read.email` scope); None if no member has it."""
+        try:
+            response = self._call("users.lookupByEmail", lambda: self.client.users_lookupByEmail(email=email))
+        except ChannelError as err:
+            if err.message.endswith(": users_not_found"):
+                return None
+            raise
+        user = response.get("user") or {}
+        user_id = user.get("id") if isinstance(user, dict) else None
+        return user_id if isinstance(user_id, str) and cards.is_slack_user_id(user_id) else None
+
+    def send_direct(self, native_id: str, text: str) -> None:
+        """A direct message from the app to one member (chat.postMessage to their user id opens the DM)."""
+        if not cards.is_slack_user_id(native_id):
+            raise ChannelError(f"{native_id!r} is not a Slack user id (U… or W…)", permanent=True)
+        self._call("chat.postMessage", lambda: self.client.chat_postMessage(channel=native_id, text=cards.escape(text)))
+
     @staticmethod
     def _locate(ref: MessageRef) -> tuple[str, str]:
         channel, ts = ref.data.get("channel"), ref.data.get("ts")
@@ -285,7 +309,9 @@ class SlackAdapter(ChannelAdapter):
         except (OSError, HTTPException) as err:
             # URLError, refused/reset connections and timeouts are all OSErrors.
             logger.warning("slack %s failed: %s", method, type(err).__name__)
-            raise ChannelError(f"slack {method} failed: connection error ({type(err).__name__})") from None
+            raise ChannelError(
+                f"slack {method} failed: connection error ({type(err).__name__})", code="connection_error"
+            ) from None
 
     # --- inbound ----------------------------------------------------------
 

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
+from channels_ext.cardkit import waiting_line
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
@@ -160,7 +161,8 @@ def outcome_line(card: CardView) -> str:
     if card.edited:
         line += " (edited)"
     if card.decided_by and card.status != "expired":
-        line += f" by {user_label(card.decided_by, card.decided_by_name)}"
+        shown = user_label(card.decided_by, card.decided_by_name)
+        line += f" by {shown}" + (escape(card.behalf) if shown.startswith("<@") else "")
     if card.decided_at is not None:
         line += f" at {slack_date(card.decided_at)}"
     if card.decision_reason:
@@ -196,6 +198,8 @@ def _details_lines(card: CardView) -> list[str]:
         if card.approved_by:
             progress += " (" + ", ".join(user_label(u) for u in card.approved_by[:20]) + ")"
         lines.append(progress)
+    if waiting := waiting_line(card, person=user_label):
+        lines.append(f"*Waiting for:* {waiting}")
     if card.approvers:
         shown = ", ".join(user_label(u) for u in card.approvers[:20])
         extra = f" and {len(card.approvers) - 20} more" if len(card.approvers) > 20 else ""

@@ -21,7 +21,7 @@ from typing import Any
 from channels_ext.base import CardItem, CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text
+from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text, waiting_line
 
 ADAPTIVE_CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 CARD_VERSION = "1.4"  # Universal Actions need 1.4; Teams renders up to 1.5
@@ -97,6 +97,8 @@ def _status_elements(card: CardView) -> list[dict[str, Any]]:
             if card.approved_by:
                 progress += " — " + ", ".join(card.approved_by)
             elements.append(labelled("Approvals", progress))
+        if waiting := waiting_line(card, person=actor_label):
+            elements.append(labelled("Waiting for", waiting, limit=SHORT_LIMIT * 4))
     if card.escalated:
         elements.append(line(_run("⏫ Escalated: ", bold=True), _run("this request was passed on to further approvers.")))
     if card.note:

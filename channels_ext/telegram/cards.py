@@ -20,6 +20,7 @@ from typing import Any
 
 from channels_ext.base import CardItem, CardView, actor_label, split_actor
 from channels_ext.telegram import buttons
+from channels_ext.cardkit import waiting_line
 
 Keyboard = list[list[tuple[str, str]]]
 
@@ -133,6 +134,8 @@ def _details(card: CardView, now: dt.datetime | None, limits: Limits) -> list[st
                 " (" + ", ".join(person(who, limit=limits.name) for who in card.approved_by[: limits.people]) + ")"
             )
         lines.append(progress)
+    if waiting := waiting_line(card, person=lambda who, _name: person(who, limit=limits.name), limit=limits.people):
+        lines.append(f"<b>Waiting for:</b> {waiting}")
     if card.approvers:
         shown = ", ".join(person(who, limit=limits.name) for who in card.approvers[: limits.people])
         more = len(card.approvers) - limits.people

@@ -87,6 +87,12 @@ def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationR
         allowed = selectors.approvers_for_channel(confirmation, channel_name=channel_name)
         if allowed is not None and (not allowed or username in allowed):
             return True
+        # a person the gate named, linked since the request was made, or a stand-in (docs/approving.md, "People")
+        refusal = selectors.approver_refusal(
+            confirmation, channel_name=channel_name, actor=username, identity=f"web:{username}"
+        )
+        if refusal is None or refusal[0] == "self_approval":
+            return True
     return False
 
 

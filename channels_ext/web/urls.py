@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from channels_ext.web import views
+from channels_ext.web import people, views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approval-inbox", permanent=False)),
@@ -12,6 +12,9 @@ urlpatterns = [
     path("approvals/grants/<uuid:grant_id>/revoke", views.grant_revoke, name="approval-grant-revoke"),
     path("approvals/<uuid:confirmation_id>/", views.approval_page, name="approval-page"),
     path("approvals/<uuid:confirmation_id>/state", views.approval_state, name="approval-state"),
+    # Linking one's own chat accounts (docs/approving.md, "People"): asked for here, finished from the chat.
+    path("people/link/", people.link_ask, name="people-link"),
+    path("people/link/<str:signed>/", people.link_finish, name="people-link-finish"),
     # The admin's CSS and JS (a deployment behind nginx or a CDN may serve STATIC_ROOT instead).
     re_path(r"^static/(?P<path>.+)$", views.static_file, name="static-file"),
 ]

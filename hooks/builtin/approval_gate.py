@@ -12,11 +12,36 @@ from hooks.base import AskSpec, EditType, Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
 
 
+# `group:NAME` and `person:EMAIL` approver entries (docs/approving.md, "People"); any other entry is
+# a channel-native id. A malformed `group:` or `person:` entry is a mistake, not an id.
+PEOPLE_ENTRY = re.compile(r"group:[-a-zA-Z0-9_]+|person:[^@\s:]+@[^@\s:]+")
+
+
+def approver_entries(value: list[str]) -> list[str]:
+    """A gate's (or an escalation's) `approvers`, checked: `group:` / `person:` entries well formed."""
+    for number, entry in enumerate(value):
+        if entry.startswith(("group:", "person:")) and not PEOPLE_ENTRY.fullmatch(entry):
+            raise ValueError(f"item {number}: {entry!r} is neither group:NAME nor person:EMAIL")
+        if not entry.strip() or len(entry) > 200:
+            raise ValueError(f"item {number}: an approver is a non-empty id of at most 200 characters")
+    return value
+
+
+def _counted_approvers(approvers: list[str]) -> int | None:
+    """How many approvers a list names, if it can be told from the config (no group, whose size is the directory's)."""
+    return None if any(a.startswith("group:") for a in approvers) else len(approvers)
+
+
 class EscalateTo(Strict):
     """Where a still-pending request goes after `escalate_after_seconds`."""
 
     channel: str = Field(min_length=1)
     approvers: list[str] = []
+
+    @field_validator("approvers")
+    @classmethod
+    def _approver_entries(cls, value: list[str]) -> list[str]:
+        return approver_entries(value)
 
 
 # An argument path: keys joined by dots, e.g. `amount` or `shipping.address.city`.
@@ -50,7 +75,13 @@ class ApprovalGateConfig(HookConfigBase):
     kind: Literal["approval_gate"]
     event: Literal["pre_tool_use"] = "pre_tool_use"
     channel: str = Field(min_length=1, description="Name of a channel in this file.")
-    approvers: list[str] = Field(default=[], description="Channel-native user ids; empty = any member.")
+    approvers: list[str] = Field(
+        default=[],
+        description=(
+            "Who may decide: channel-native user ids, `group:NAME` (the members of a group) and `person:EMAIL` "
+            "(a person in the directory), each reached by their identities linked on the channel; empty = any member."
+        ),
+    )
     approvals_required: int = Field(default=1, ge=1)
     timeout_seconds: PositiveInt | None = Field(default=1800, description="null = never expires.")
     on_timeout: Literal["deny", "allow"] = "deny"
@@ -58,7 +89,15 @@ class ApprovalGateConfig(HookConfigBase):
     escalate_after_seconds: PositiveInt | None = None
     escalate_to: EscalateTo | None = Field(default=None, validate_default=True)
     allow_self_approval: bool = Field(
-        default=False, description="false: an approver whose id equals the call's user_id cannot approve it."
+        default=False, description="false: the person the call is made for (its user_id) cannot approve it."
+    )
+    forbid_self_approval: bool | None = Field(
+        default=None,
+        description=(
+            "The same rule said positively (true is the default): the person the call's user_id names — an id, "
+            "an e-mail or a username, mapped to a person in the directory — cannot approve it on any channel. "
+            "Give this or allow_self_approval, not both."
+        ),
     )
     allow_edit: bool | list[Annotated[str, Field(pattern=ARG_PATH, max_length=200, min_length=1)]] = Field(
         default=False,
@@ -83,13 +122,27 @@ class ApprovalGateConfig(HookConfigBase):
         default=None, description="Re-ping the approvers this many seconds before the deadline."
     )
 
+    @field_validator("approvers")
+    @classmethod
+    def _approver_entries(cls, value: list[str]) -> list[str]:
+        return approver_entries(value)
+
     @field_validator("approvals_required")
     @classmethod
     def _at_most_the_approvers(cls, value: int, info: ValidationInfo) -> int:
         approvers = info.data.get("approvers")
-        if approvers and value > len(approvers):
-            raise ValueError(f"must be <= the number of approvers ({len(approvers)})")
+        counted = _counted_approvers(approvers or [])
+        if approvers and counted is not None and value > counted:
+            raise ValueError(f"must be <= the number of approvers ({counted})")
         return value
+
+    @model_validator(mode="after")
+    def _one_self_approval_key(self) -> ApprovalGateConfig:
+        if self.forbid_self_approval is not None:
+            if "allow_self_approval" in self.model_fields_set and self.allow_self_approval == self.forbid_self_approval:
+                raise ValueError("allow_self_approval and forbid_self_approval contradict each other: give one")
+            self.allow_self_approval = not self.forbid_self_approval
+        return self
 
     @field_validator("escalate_to")
     @classmethod
@@ -188,8 +241,11 @@ class ApprovalGate(Hook):
       (`approvals.timers`, run by beat).
     - `escalate_after_seconds` + `escalate_to`: a card goes to the other channel
       and its approvers, the first card is marked escalated, and both may decide.
-    - `allow_self_approval: false`: an approver whose id is the call's `user_id`
-      cannot approve it.
+    - `forbid_self_approval: true` (the default; `allow_self_approval: false` says the
+      same): the person the call's `user_id` names cannot approve it, under any
+      identity linked to them.
+    - `approvers` may name `group:NAME` and `person:EMAIL`: routed to their linked
+      identities on the channel (and to anyone standing in for them) when asked.
     - `allow_edit`: an approver may change the arguments (all top-level ones, or
       the listed paths; never a masked value) and approve; the agent runs the edit,
       once the agent's pre-tool-use hooks have judged the edited call again. An

@@ -11,16 +11,19 @@ the contract asserts is what an agent, an approver and the audit trail see.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
 from approvals import selectors, services
-from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Grant, Outbox, ToolCall
+from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Grant, Outbox, PersonIdentity, StandIn, ToolCall
+from approvals.models import Person as DirectoryPerson
 from approvals.tasks import expire_due
 from tests.conftest import AgentClient
 from tests.support import rewrite_request, wait_until
@@ -400,6 +403,67 @@ class ChannelContract:
         assert services.grant_revoke(grant_id=grant.pk, actor="admin:olga")
         assert agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()["decision"] == "pending"
         driver.expect_decided(card, status="approved", by=approver)
+
+
+def in_directory(who: Person, *, name: str, email: str) -> DirectoryPerson:
+    """A person of the directory (docs/approving.md, "People") whose identity on this channel is `who`'s:
+    a linked chat identity, or on the web page their Django user."""
+    kind, _, native = who.decided_by.partition(":")
+    person = DirectoryPerson.objects.create(display_name=name, email=email)
+    if kind == "web":
+        user, _ = get_user_model().objects.get_or_create(username=native)
+        DirectoryPerson.objects.filter(pk=person.pk).update(user=user)
+    else:
+        PersonIdentity.objects.create(person=person, identity=who.decided_by)
+    return person
+
+
+class PeopleContract:
+    """People on every channel (docs/approving.md, "People"): the person a call is made for cannot approve
+    it under an identity linked to them, and a stand-in decides for the person they stand in for."""
+
+    def test_the_person_a_call_is_made_for_cannot_approve_it_under_an_identity_linked_to_them(self, driver):
+        agent = driver.deploy()
+        other, owner = driver.approvers  # (the web page is looked at as the first approver)
+        in_directory(owner, name="Olga Owner", email="olga.owner@example.com")
+        # The agent names its user by e-mail: no channel id equals it, the directory says who it is.
+        answer = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="olga.owner@example.com").json()
+        confirmation_id = answer["confirmation_id"]
+        card = driver.card(confirmation_id)
+        before = request_state(confirmation_id)
+
+        told = driver.click(card, owner, "approve")
+
+        assert told.text == "You cannot approve a call made on your own behalf."
+        assert request_state(confirmation_id) == before
+        refused = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="refused_click")
+        assert list(refused.values_list("actor", flat=True)) == [owner.decided_by]
+        driver.expect_open(card)
+        assert driver.click(card, other, "approve").taken  # anyone else may
+        assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+
+    def test_a_stand_in_decides_for_the_person_they_stand_in_for_and_the_record_names_both(self, driver, background):
+        away, stand_in = driver.approvers[0], driver.outsider
+        ada = in_directory(away, name="Ada Away", email="ada.away@example.com")
+        sam = in_directory(stand_in, name="Sam Standin", email="sam.standin@example.com")
+        now = timezone.now()
+        StandIn.objects.create(person=ada, delegate=sam, starts_at=now - dt.timedelta(hours=1), ends_at=now + dt.timedelta(days=1))
+        agent = driver.deploy()
+        waiting, confirmation_id, card = waiting_for(driver, background, agent, {"amount": 80000})
+
+        told = driver.click(card, stand_in, "approve")
+
+        assert told.taken
+        by = dataclasses.replace(stand_in, name=f"{stand_in.name} on behalf of Ada Away")
+        answer = waiting.result(timeout=20).json()
+        assert (answer["decision"], answer["reason"]) == ("allow", f"approved by {by.label}")
+        response = ApproverResponse.objects.get(confirmation_id=confirmation_id)
+        assert (response.approver, response.approver_name, response.on_behalf_of, response.on_behalf_of_name) == (
+            stand_in.decided_by, stand_in.name, ada.key, "Ada Away"
+        )  # fmt: skip
+        event = ConfirmationEvent.objects.get(confirmation_id=confirmation_id, kind="approved")
+        assert (event.actor, event.data["on_behalf_of_name"], event.data["name"]) == (stand_in.decided_by, "Ada Away", by.name)
+        driver.expect_decided(card, status="approved", by=by)
 
 
 class EditContract(ChannelContract):

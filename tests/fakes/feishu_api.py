@@ -36,6 +36,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "feishu"
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 MESSAGES_PATH = "/open-apis/im/v1/messages"
 CARD_UPDATE_PATH = "/open-apis/interactive/v1/card/update"
+BATCH_GET_ID_PATH = "/open-apis/contact/v3/users/batch_get_id"
 WS_ENDPOINT_PATH = "/callback/ws/endpoint"  # the long connection's endpoint request (lark_oapi.ws)
 
 # Canned failures for fail_next(), as Feishu sends them.
@@ -102,6 +103,7 @@ class FakeFeishu:
         self._tokens: dict[str, str] = {}  # token -> app_id
         self.messages: dict[str, FakeMessage] = {}
         self.long_connection: Any = None  # a FakeLongConnection answering /callback/ws/endpoint (feishu_ws.py)
+        self.users_by_email: dict[str, str] = {}  # e-mail -> open_id: the tenant's directory (contact.v3 batch_get_id)
         handler = type("FakeFeishuHandler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -258,6 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._patch_message(request)
         if request.method == "POST" and request.path == CARD_UPDATE_PATH:
             return 200, {"code": 0, "msg": "success"}
+        if request.method == "POST" and request.path == BATCH_GET_ID_PATH:
+            return self._batch_get_id(request)
         return 404, {"code": 404, "msg": "404 page not found"}
 
     def _tenant_token(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
@@ -270,9 +274,24 @@ class _Handler(BaseHTTPRequestHandler):
         token = self.fake._issue_token(sent["app_id"])
         return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200}
 
+    def _batch_get_id(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
+        """As Feishu answers: one entry per e-mail asked, with `user_id` (of `user_id_type`) only when known."""
+        if request.query.get("user_id_type") != "open_id":
+            return 400, {"code": 99992402, "msg": "field validation failed"}
+        emails = (request.json() or {}).get("emails") or []
+        users = []
+        for email in emails:
+            entry = {"email": email}
+            with self.fake._lock:
+                open_id = self.fake.users_by_email.get(email.lower())
+            if open_id:
+                entry["user_id"] = open_id
+            users.append(entry)
+        return 200, {"code": 0, "msg": "success", "data": {"user_list": users}}
+
     def _create_message(self, request: RecordedRequest) -> tuple[int, dict[str, Any]]:
         sent = request.json() or {}
-        if request.query.get("receive_id_type") != "chat_id" or not sent.get("receive_id"):
+        if request.query.get("receive_id_type") not in ("chat_id", "open_id") or not sent.get("receive_id"):
             return 400, {"code": 230001, "msg": "Your request contains an invalid request parameter."}
         message = self.fake._create_message(sent["receive_id"], sent.get("msg_type", ""), sent.get("content", ""), sent.get("uuid"))
         now_ms = str(int(time.time() * 1000))

@@ -80,6 +80,7 @@ class FakeSlack:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.socket_mode: Any = None  # a FakeSocketMode answering apps.connections.open
+        self.users_by_email: dict[str, str] = {}  # e-mail -> user id: the workspace's members (users.lookupByEmail)
 
     # --- lifecycle --------------------------------------------------------
 
@@ -198,6 +199,14 @@ class FakeSlack:
                 },
                 {},
             )
+        if method == "users.lookupByEmail":
+            # https://docs.slack.dev/reference/methods/users.lookupByEmail (slack-sdk POSTs it as a form)
+            email = str(args.get("email", ""))
+            with self._lock:
+                user_id = self.users_by_email.get(email.lower())
+            if user_id is None:
+                return 200, {"ok": False, "error": "users_not_found"}, {}
+            return 200, {"ok": True, "user": {"id": user_id, "team_id": "T111", "profile": {"email": email}}}, {}
         if method == "chat.postMessage":
             return self._post_message(args)
         if method == "chat.update":

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from approvals.audit import ExpectedHead, audit_verify, heads_from_text, resign_chains, sign_decisions
 from approvals.management.arguments import agent_by_name, since_option
+from gateway import metrics
 
 
 def expected_heads(values: list[str]) -> list[ExpectedHead]:
@@ -58,6 +59,8 @@ class Command(BaseCommand):
         chosen = agent_by_name(agent)
         heads = expected_heads(list(expect_head))
         result = audit_verify(since=since, agent=chosen, expected_heads=heads)
+        # Seen by /metrics when this process shares the servers' PROMETHEUS_MULTIPROC_DIR (docs/operating.md).
+        metrics.audit_verified(ok=result.ok)
         for problem in sorted(result.problems)[:50]:
             self.stderr.write(f"problem: {problem.message}")
         if len(result.problems) > 50:

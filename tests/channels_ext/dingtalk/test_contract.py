@@ -17,7 +17,7 @@ from approvals import selectors
 from approvals.models import Outbox
 from channels_ext.dingtalk.cards import parse_button_id
 from tests.channels_ext.connections_support import running_connections
-from tests.channels_ext.contract import ChannelContract, Person, Told, gate_keys, more_hooks, pending
+from tests.channels_ext.contract import ChannelContract, PeopleContract, Person, Told, gate_keys, more_hooks, pending
 from tests.channels_ext.dingtalk.support import CHANNEL, DIRECTOR, INTERN, MANAGER, agents_yaml, channel_yaml
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.dingtalk_api import FakeCard, FakeDingTalk
@@ -115,7 +115,7 @@ class DingTalkDriver:
         assert card.card.updates == 0
 
 
-class TestDingTalkChannel(ChannelContract):
+class TestDingTalkChannel(ChannelContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_dingtalk, celery_worker):
         with running_connections():

@@ -12,7 +12,7 @@ import pytest
 
 from approvals.models import Outbox
 from channels_ext.email.links import Link, link_token, read_link
-from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks, request_state
+from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks, request_state
 from tests.channels_ext.email.support import (
     ALICE,
     BOB,
@@ -156,7 +156,7 @@ class EmailDriver:
         assert open_link(on_gateway(self.live_gateway, card.link(ALICE, "Approve"))).has_form
 
 
-class TestEmailChannel(EditContract):
+class TestEmailChannel(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, smtp_server, celery_worker):
         yield EmailDriver(live_gateway, smtp_server)

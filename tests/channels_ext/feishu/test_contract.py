@@ -14,7 +14,7 @@ import pytest
 
 from approvals.models import Outbox
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
+from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
 from tests.channels_ext.feishu.test_end_to_end import (
     APP_SECRET,
@@ -199,7 +199,7 @@ class FeishuDriver:
         assert not self.fake.calls("PATCH", f"{MESSAGES_PATH}/{card.message.message_id}")
 
 
-class TestFeishuChannel(EditContract):
+class TestFeishuChannel(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_feishu, celery_worker, monkeypatch):
         yield FeishuDriver(live_gateway, fake_feishu, monkeypatch)

@@ -13,7 +13,7 @@ import pytest
 
 from approvals.models import ApproverResponse
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
+from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,
     BOB,
@@ -202,7 +202,7 @@ class SlackDriver:
         assert (action_ids[0], action_ids[-1]) == ("approve", "reject")  # scopes and Edit… sit between
 
 
-class TestSlackChannel(EditContract):
+class TestSlackChannel(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_slack, celery_worker):
         return SlackDriver(live_gateway, fake_slack)

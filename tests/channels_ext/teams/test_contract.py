@@ -11,7 +11,7 @@ import pytest
 
 from approvals.models import Outbox
 from channels_ext.base import unsign_confirmation_id
-from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
+from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.teams.support import (
     ALICE,
     BOB,
@@ -143,7 +143,7 @@ class TeamsDriver:
         assert "Approval needed" in card_text(card.activity.card)
 
 
-class TestTeamsChannel(EditContract):
+class TestTeamsChannel(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_teams, celery_worker):
         yield TeamsDriver(live_gateway, fake_teams)

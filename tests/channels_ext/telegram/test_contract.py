@@ -15,7 +15,7 @@ import pytest
 
 from approvals.models import Outbox
 from tests.channels_ext.connections_support import connection_state, running_connections
-from tests.channels_ext.contract import EditContract, Person, Told, gate_keys, more_hooks
+from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.telegram.support import (
     ALICE,
     BOB,
@@ -121,7 +121,7 @@ class TelegramDriver:
         assert labels[:2] == ["✅ Approve", "❌ Reject…"]
 
 
-class TestTelegramChannelByWebhook(EditContract):
+class TestTelegramChannelByWebhook(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, fake_telegram, celery_worker):
         yield TelegramDriver(live_gateway, fake_telegram)

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ConfirmationRequest
-from tests.channels_ext.contract import EditContract, TOOL, Person, Told, gate_keys, more_hooks
+from tests.channels_ext.contract import EditContract, PeopleContract, TOOL, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import AgentClient, apply_config, make_agent_client
 
@@ -122,7 +122,7 @@ agents:
         assert 'name="decision" value="approve"' in page and 'name="decision" value="reject"' in page
 
 
-class TestWebChannel(EditContract):
+class TestWebChannel(EditContract, PeopleContract):
     @pytest.fixture
     def driver(self, live_gateway, people):
         return WebDriver(live_gateway)

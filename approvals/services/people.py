@@ -1,0 +1,165 @@
+"""The people directory (docs/approving.md, "People"): chat identities linked to people — found by
+e-mail through the vendors' own APIs, or linked by the person themselves through a one-time link
+posted to them in the chat.
+
+Who is whom is read by `approvals.selectors.person_of`; this module only writes links.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core import signing
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals import selectors
+from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity
+from channels_ext.base import CHANNEL_KINDS, ChannelError
+
+# A self-link lives this long: long enough to switch to the chat and back, short enough to be useless later.
+LINK_TOKEN_MINUTES = 15
+_LINK_SALT = "approvals.people.link"
+# Identities that are a Django user (`Person.user`), never a linked chat identity.
+_USER_KINDS = frozenset({"web", "admin"})
+
+
+@dataclasses.dataclass
+class LinkResult:
+    """What `person_link_by_email` did: the identities it linked, and why others were not."""
+
+    linked: list[str] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def identity_problem(identity: str) -> str | None:
+    """Why `identity` cannot be a person's linked chat identity; None if it can."""
+    kind, sep, native = identity.partition(":")
+    if not sep or not native.strip():
+        return "An identity is channel-qualified: kind:id, e.g. slack:U0ALICE or feishu:ou_…"
+    if kind in _USER_KINDS:
+        return f"{kind}: identities are the person's Django user (set it on the person), not a chat identity"
+    if kind not in CHANNEL_KINDS:
+        known = ", ".join(sorted(set(CHANNEL_KINDS) - _USER_KINDS))
+        return f"Unknown channel kind {kind!r}; one of: {known}"
+    if len(identity) > 200 or any(ch.isspace() for ch in identity):
+        return "An identity has no spaces and at most 200 characters"
+    return None
+
+
+def person_identity_link(*, person_id: int, identity: str, source: str = IdentitySource.ADMIN) -> bool:
+    """Link `identity` to the person: True if linked now, False if it already was theirs;
+    `Conflict` if it is another person's, `InvalidInput` if it is not a chat identity."""
+    if (problem := identity_problem(identity)) is not None:
+        raise InvalidInput(problem)
+    try:
+        with transaction.atomic():
+            PersonIdentity.objects.create(person_id=person_id, identity=identity, source=source)
+        return True
+    except IntegrityError:  # unique identity: someone's already (a concurrent link of the same one loses here)
+        owner = PersonIdentity.objects.select_related("person").get(identity=identity).person
+        if owner.pk == person_id:
+            return False
+        raise Conflict(f"{identity} is already linked to {owner}") from None
+
+
+def person_link_by_email(*, person_id: int) -> LinkResult:
+    """Ask every configured channel whose vendor can find an account by e-mail (Slack's
+    `users.lookupByEmail`, Feishu's `contact.v3.user.batch_get_id`) for the person's account, and link
+    what is found. A vendor's failure is reported, never half-applied."""
+    person = Person.objects.filter(pk=person_id).first()
+    if person is None:
+        raise NotFound("no such person")
+    result = LinkResult()
+    if not person.email:
+        result.problems.append("has no e-mail to look up")
+        return result
+    for channel in Channel.objects.order_by("name"):
+        adapter = selectors.channel_adapter(channel)
+        if not adapter.finds_people_by_email:
+            continue
+        try:
+            native = adapter.find_user_by_email(person.email)
+        except ChannelError as exc:
+            result.problems.append(f"{channel.name}: {exc}")
+            continue
+        if not native:
+            continue
+        identity = f"{channel.kind}:{native}"
+        try:
+            if person_identity_link(person_id=person.pk, identity=identity, source=IdentitySource.EMAIL_LOOKUP):
+                result.linked.append(identity)
+        except (Conflict, InvalidInput) as exc:
+            result.problems.append(f"{channel.name}: {exc.message}")
+    return result
+
+
+def person_for_user(*, user: AbstractBaseUser) -> Person:
+    """The signed-in user's person, made for them if they have none (named after them; their e-mail
+    only if no other person has it: an address names one person)."""
+    existing = Person.objects.filter(user=user).first()
+    if existing is not None:
+        return existing
+    email = getattr(user, "email", "") or ""
+    if email and Person.objects.filter(email__iexact=email).exists():
+        email = ""
+    name = (getattr(user, "get_full_name", lambda: "")() or user.get_username()).strip()
+    try:
+        with transaction.atomic():
+            return Person.objects.create(display_name=name, email=email, user=user)
+    except IntegrityError:  # made by a concurrent request of the same user a moment ago
+        return Person.objects.get(user=user)
+
+
+def person_link_offer(*, user: AbstractBaseUser, channel_name: str, account: str) -> str:
+    """Post a one-time link to `account` on `channel_name` that, opened by `user` signed in, links that
+    account to `user`'s person. Returns the identity it will link. Nothing is linked yet: only someone
+    who can read that account's messages and is signed in as `user` can finish it."""
+    channel = Channel.objects.filter(name=channel_name).first()
+    if channel is None:
+        raise InvalidInput(f"no channel named {channel_name!r}")
+    account = account.strip()
+    identity = f"{channel.kind}:{account}"
+    if (problem := identity_problem(identity)) is not None:
+        raise InvalidInput(problem)
+    adapter = selectors.channel_adapter(channel)
+    if not adapter.sends_direct_messages:
+        raise InvalidInput(f"{channel.kind} channels cannot send a person a link; ask an admin to link {identity}")
+    person = person_for_user(user=user)
+    linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
+    if linked is not None and linked != person.pk:
+        raise Conflict(f"{identity} is already linked to someone else; ask an admin")
+    token = LinkToken.objects.create(
+        person=person, identity=identity, expires_at=timezone.now() + dt.timedelta(minutes=LINK_TOKEN_MINUTES)
+    )
+    url = settings.GATEWAY_PUBLIC_URL + reverse("people-link-finish", args=[signing.dumps(str(token.pk), salt=_LINK_SALT)])
+    text = (
+        f"Someone signed in to the approval gateway as {user.get_username()} asked to link this account to them. "
+        f"If that is you, open {url} while signed in (valid {LINK_TOKEN_MINUTES} minutes, once). If not, ignore this."
+    )
+    adapter.send_direct(account, text)  # ChannelError: the caller says it could not be sent
+    return identity
+
+
+def person_link_redeem(*, user: AbstractBaseUser, signed: str) -> str:
+    """Finish a self-link: the token must be one this gateway signed, unused, unexpired, and made for
+    `user`'s person. Used once (a conditional UPDATE), then dead. Returns the identity linked."""
+    try:
+        token_id = signing.loads(signed, salt=_LINK_SALT, max_age=dt.timedelta(minutes=LINK_TOKEN_MINUTES))
+    except signing.BadSignature:
+        raise InvalidInput("This link is not one this gateway made, or it has expired.") from None
+    now = timezone.now()
+    with transaction.atomic():
+        token = LinkToken.objects.select_related("person").filter(pk=token_id, person__user=user).first()
+        if token is None:
+            raise InvalidInput("This link was made for someone else: open it signed in as the person who asked for it.")
+        used = LinkToken.objects.filter(pk=token.pk, used_at__isnull=True, expires_at__gt=now).update(used_at=now)
+        if not used:
+            raise InvalidInput("This link was used already or has expired; ask for a new one.")
+        person_identity_link(person_id=token.person_id, identity=token.identity, source=IdentitySource.SELF_LINK)
+    return token.identity

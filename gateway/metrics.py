@@ -1,0 +1,207 @@
+"""The gateway's Prometheus metrics: what every process counts, and the exposition `/metrics` serves.
+
+A leaf module (prometheus_client and the standard library only), so the services, the hooks'
+chain runner and the waiting layer can record without importing each other. Each process counts
+in memory; with `PROMETHEUS_MULTIPROC_DIR` set (before the process starts: prometheus_client reads
+it at import) every ASGI server and Celery process writes its counts to files in that directory and
+any server's `/metrics` adds them all up (prometheus_client's multi-process mode). docs/operating.md
+("Metrics") lists every metric and when each moves.
+
+Labels are low-cardinality on purpose: agent, channel and hook kind names come from the config file;
+outcomes and errors from short fixed lists. A session, request or confirmation id is never a label.
+
+What is true of the database at the time of a scrape (pending requests and their age, the state of
+each channel's link) is read when scraped (`ScrapeCollector`), not counted: it is then right however
+many processes there are, and after a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+# `_created` series double the output and mean nothing in multi-process mode, which drops them anyway.
+disable_created_metrics()
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Seconds a person takes: from a few seconds to a day.
+HUMAN_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+# Seconds from a decision's commit to its agent's wake-up: milliseconds, a poll period at worst.
+WAKE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+TOOL_CALLS = Counter(
+    "gateway_tool_calls",
+    "Pre-tool-use calls answered, by agent and decision (allow, deny, ask, skip, error).",
+    ["agent", "decision"],
+)
+DECISION_SECONDS = Histogram(
+    "gateway_decision_seconds",
+    "Time from a confirmation request's creation to its decision, by channel and outcome "
+    "(approved, rejected, expired, cancelled).",
+    ["channel", "outcome"],
+    buckets=HUMAN_BUCKETS,
+)
+WAKE_SECONDS = Histogram(
+    "gateway_agent_wake_seconds",
+    "Time from a decision (its timestamp, taken in the deciding transaction) to a waiting agent "
+    "having it in hand, by how it waited (long_poll, pre_tool_use, websocket, claude_code).",
+    ["via"],
+    buckets=WAKE_BUCKETS,
+)
+CARD_DELIVERIES = Counter(
+    "gateway_card_deliveries",
+    "Card operations on a chat channel by channel, operation (post, update, remind) and outcome "
+    "(sent, retrying, failed).",
+    ["channel", "operation", "outcome"],
+)
+CARD_ERRORS = Counter(
+    "gateway_card_delivery_errors",
+    "Failed card operations by channel, operation and the vendor's error code (e.g. Slack's "
+    "channel_not_found, Feishu's numeric code, connection_error).",
+    ["channel", "operation", "error"],
+)
+WEBHOOK_DELIVERIES = Counter(
+    "gateway_webhook_deliveries",
+    "Decision webhooks (callback_url) by outcome (sent, retrying, failed).",
+    ["outcome"],
+)
+REMINDERS = Counter(
+    "gateway_reminders", "Reminders sent to a pending request's approvers."
+)
+WARNINGS = Counter(
+    "gateway_deadline_warnings", "Warnings that a pending request's deadline is near."
+)
+ESCALATIONS = Counter(
+    "gateway_escalations", "Pending requests escalated to their escalation channel."
+)
+EXPIRIES = Counter(
+    "gateway_expiries",
+    "Requests expired at their deadline, by what expired them (sweep: the beat task; waiter: a server holding an agent; click: an approver too late).",
+    ["by"],
+)
+AUDIT_APPENDS = Counter(
+    "gateway_audit_appends",
+    "Entries appended to the tamper-evident record, by what they record.",
+    ["record"],
+)
+AUDIT_VERIFY_OK = Gauge(
+    "gateway_audit_verify_ok",
+    "1 if the last `verify_audit` found the record intact, 0 if it found a bad entry.",
+    multiprocess_mode="mostrecent",
+)
+AUDIT_VERIFY_TIME = Gauge(
+    "gateway_audit_verify_last_run_timestamp_seconds",
+    "When `verify_audit` last finished (Unix time).",
+    multiprocess_mode="mostrecent",
+)
+HOOK_ERRORS = Counter(
+    "gateway_hook_errors",
+    "Hooks that raised or timed out, by hook kind, event, error (timeout, exception) and on_error.",
+    ["kind", "event", "error", "on_error"],
+)
+
+
+def multiprocess() -> bool:
+    """Whether this process writes its counts to PROMETHEUS_MULTIPROC_DIR."""
+    return bool(
+        os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        or os.environ.get("prometheus_multiproc_dir")
+    )
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def tool_call_answered(*, agent: str, decision: str) -> None:
+    """A pre-tool-use answered; `decision` as the agent got it ("pending" is counted as "ask")."""
+    TOOL_CALLS.labels(agent, "ask" if decision == "pending" else decision).inc()
+
+
+def decided(*, channel: str, outcome: str, seconds: float) -> None:
+    DECISION_SECONDS.labels(channel or "none", outcome).observe(max(0.0, seconds))
+
+
+def agent_woken(*, via: str, decided_at: float | None) -> None:
+    """A waiting agent has a decision in hand; `decided_at` is its Unix time."""
+    if decided_at is not None:
+        WAKE_SECONDS.labels(via).observe(max(0.0, time.time() - decided_at))
+
+
+def card_delivery(
+    *, channel: str, operation: str, outcome: str, error: str = ""
+) -> None:
+    CARD_DELIVERIES.labels(channel or "none", operation, outcome).inc()
+    if outcome != "sent":
+        CARD_ERRORS.labels(channel or "none", operation, error or "other").inc()
+
+
+def audit_verified(*, ok: bool) -> None:
+    AUDIT_VERIFY_OK.set(1 if ok else 0)
+    AUDIT_VERIFY_TIME.set(time.time())
+
+
+def hook_failed(*, kind: str, event: str, exc: BaseException, on_error: str) -> None:
+    error = (
+        "timeout"
+        if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+        else "exception"
+    )
+    HOOK_ERRORS.labels(kind, event, error, on_error).inc()
+
+
+# --------------------------------------------------------------------------- exposition
+
+
+class ScrapeCollector:
+    """Gauges read when scraped: `read()` returns the families (it may query the database)."""
+
+    def __init__(self, read: Callable[[], Iterable[Metric]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterable[Metric]:
+        return self.read()
+
+
+class _ThisProcess:
+    """The default registry's metrics (this process's counts, its resources), in a scrape's registry."""
+
+    def collect(self) -> Iterable[Metric]:
+        return REGISTRY.collect()
+
+
+def exposition(*scraped: Callable[[], Iterable[Metric]]) -> bytes:
+    """The text exposition: every process's counts (or this one's), then what `scraped` read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    if multiprocess():
+        MultiProcessCollector(registry)
+    else:
+        registry.register(_ThisProcess())
+    for read in scraped:
+        registry.register(ScrapeCollector(read))
+    return generate_latest(registry)
+
+
+def gauge(
+    name: str,
+    documentation: str,
+    labels: list[str],
+    values: Iterable[tuple[list[str], float]],
+) -> Metric:
+    """A gauge family of labelled values, for a scrape-time read."""
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for label_values, value in values:
+        family.add_metric(label_values, value)
+    return family
