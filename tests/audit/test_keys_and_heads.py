@@ -181,3 +181,32 @@ def test_the_gateway_refuses_to_start_on_the_development_key_unless_told_it_is_d
              "DJANGO_SETTINGS_MODULE": "gateway.settings", "GATEWAY_ALLOW_DEV_AUDIT_KEY": "0"},
     )  # fmt: skip
     assert server.returncode != 0 and "GATEWAY_AUDIT_KEY is not set" in server.stderr
+
+
+def test_the_migration_signs_an_unkeyed_chain_and_unsigned_decision_rows_as_they_are(payer):
+    """What 0011_keyed_audit finds: chains hashed with plain SHA-256 (no key id), decision rows without a
+    MAC and without entries. After it, everything verifies under the key, and a change is still named."""
+    from django.apps import apps
+
+    from approvals.models import ConfirmationRequest
+
+    migration = __import__("importlib").import_module("approvals.migrations.0011_keyed_audit")
+    sql("DELETE FROM approvals_auditentry WHERE action = 'recorded'")
+    sql("UPDATE approvals_auditentry e SET seq = r.n + 1000000 FROM (SELECT id, row_number() OVER (ORDER BY seq) AS n "
+        "FROM approvals_auditentry WHERE agent_id = %s) r WHERE e.id = r.id", [payer.pk])  # fmt: skip
+    sql("UPDATE approvals_auditentry SET seq = seq - 1000000 WHERE agent_id = %s", [payer.pk])
+    sql("UPDATE approvals_audithead SET seq = (SELECT count(*) FROM approvals_auditentry WHERE agent_id = %s) "
+        "WHERE agent_id = %s", [payer.pk, payer.pk])  # fmt: skip
+    sql("UPDATE approvals_confirmationrequest SET decision_mac = ''")
+    sql("UPDATE approvals_approverresponse SET decision_mac = ''")
+    sql("UPDATE approvals_auditentry SET key_id = ''")
+    rewrite_chain(payer, lambda text: hashlib.sha256(text.encode()).hexdigest())
+    verify_fails()  # the old chain is not signed: it does not verify as it is
+
+    migration.sign_everything(apps, None)
+
+    assert "audit verified" in verify()
+    request = ConfirmationRequest.objects.get(agent=payer)
+    assert AuditEntry.objects.filter(confirmation_id=request.pk, action="recorded").exists()
+    sql("UPDATE approvals_confirmationrequest SET status = 'rejected' WHERE id = %s", [request.pk])
+    assert f"confirmation request {request.pk}" in verify_fails()
