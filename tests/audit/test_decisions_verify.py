@@ -184,8 +184,9 @@ def test_a_response_forged_in_sql_does_not_count_towards_a_quorum_and_is_named(p
     other_id = ask(payer, "wire", {"amount": 10})["confirmation_id"]
     decide(other_id, "approve", actor="carol")  # one of two on another request
     # bob's approval made up in SQL, and carol's real one (signed, for the other request) moved over.
-    sql("INSERT INTO approvals_approverresponse (confirmation_id, approver, person, approver_name, decision, reason, "
-        "channel, created_at, decision_mac) VALUES (%s, 'web:bob', 'web:bob', 'bob', 'approve', '', 'web', now(), '')",
+    sql("INSERT INTO approvals_approverresponse (confirmation_id, approver, person, approver_name, on_behalf_of, "
+        "on_behalf_of_name, decision, reason, channel, created_at, decision_mac) "
+        "VALUES (%s, 'web:bob', 'web:bob', 'bob', '', '', 'approve', '', 'web', now(), '')",
         [confirmation_id])  # fmt: skip
     sql("UPDATE approvals_approverresponse SET confirmation_id = %s WHERE confirmation_id = %s",
         [confirmation_id, other_id])  # fmt: skip
