@@ -52,6 +52,7 @@ run: install
 test: install install-integrations install-channels install-otel
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
+	bash scripts/ensure-promtool.sh
 	$(TEST_ENV) $(PY) -m pytest -n $${PYTEST_WORKERS:-4} $(PYTEST_ARGS)
 
 bench: install

@@ -97,14 +97,17 @@ AUDIT_APPENDS = Counter(
     "Entries appended to the tamper-evident record, by what they record.",
     ["record"],
 )
+# Labelled by scope (`all`; `partial` for --since / --agent) so that nothing is shown before a run.
 AUDIT_VERIFY_OK = Gauge(
     "gateway_audit_verify_ok",
-    "1 if the last `verify_audit` found the record intact, 0 if it found a bad entry.",
+    "1 if the last `verify_audit` found the record intact, 0 if it found a bad entry; by scope (all, partial).",
+    ["scope"],
     multiprocess_mode="mostrecent",
 )
 AUDIT_VERIFY_TIME = Gauge(
     "gateway_audit_verify_last_run_timestamp_seconds",
-    "When `verify_audit` last finished (Unix time).",
+    "When `verify_audit` last finished (Unix time); by scope (all, partial).",
+    ["scope"],
     multiprocess_mode="mostrecent",
 )
 HOOK_ERRORS = Counter(
@@ -148,9 +151,10 @@ def card_delivery(
         CARD_ERRORS.labels(channel or "none", operation, error or "other").inc()
 
 
-def audit_verified(*, ok: bool) -> None:
-    AUDIT_VERIFY_OK.set(1 if ok else 0)
-    AUDIT_VERIFY_TIME.set(time.time())
+def audit_verified(*, ok: bool, partial: bool = False) -> None:
+    scope = "partial" if partial else "all"
+    AUDIT_VERIFY_OK.labels(scope).set(1 if ok else 0)
+    AUDIT_VERIFY_TIME.labels(scope).set(time.time())
 
 
 def hook_failed(*, kind: str, event: str, exc: BaseException, on_error: str) -> None:

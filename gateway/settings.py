@@ -70,6 +70,22 @@ GATEWAY_PUBLIC_URL = (env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8000") or 
 GATEWAY_CONFIG = env_str("GATEWAY_CONFIG")
 CSRF_TRUSTED_ORIGINS = [GATEWAY_PUBLIC_URL]
 
+# --- HTTPS (docs/operating.md, "Production settings") ------------------------
+# On when the public URL is https: the gateway then sits behind a TLS-terminating proxy that sets
+# X-Forwarded-Proto (and overwrites any the client sent). Cookies are sent over HTTPS only, plain HTTP
+# is redirected (but the health probes, which load balancers send over HTTP) and browsers are told
+# to keep to HTTPS (HSTS). `manage.py check --deploy` is clean with it on.
+GATEWAY_HTTPS = env_bool("GATEWAY_HTTPS", GATEWAY_PUBLIC_URL.startswith("https://"))
+if GATEWAY_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("GATEWAY_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("GATEWAY_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GATEWAY_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("GATEWAY_HSTS_PRELOAD", True)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

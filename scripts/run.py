@@ -7,6 +7,7 @@ Feishu `mode: long_connection`), `manage.py channel_connections` runs too."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +35,13 @@ def main() -> int:
     if not env.get("GATEWAY_AUDIT_KEY"):
         env.setdefault("GATEWAY_ALLOW_DEV_AUDIT_KEY", "1")
         print("make run: GATEWAY_AUDIT_KEY is not set; signing the audit with the DEVELOPMENT key (not for production)")
+    # With metrics on (GATEWAY_METRICS_TOKEN), /metrics adds up the server's, the worker's and beat's
+    # counts: they share a directory, emptied at each start (docs/operating.md, "Metrics").
+    if env.get("GATEWAY_METRICS_TOKEN") and not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = Path(env.get("GATEWAY_VAR_DIR") or ROOT / "var") / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(

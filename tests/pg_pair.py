@@ -118,12 +118,21 @@ class PgPair:
         self.wait_for_sync_replica()
         return self
 
-    def _configure(self, data_dir: Path, port: int) -> None:
+    def start_primary_only(self) -> PgPair:
+        """Just the primary, durable (fsync on), with room for many connections: bench/soak.py's database."""
+        self._run("initdb", "-D", str(self.primary_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self._configure(self.primary_dir, self.primary_port, durable=True)
+        self._ctl(self.primary_dir, "-w", "start")
+        return self
+
+    def _configure(self, data_dir: Path, port: int, durable: bool = False) -> None:
         with (data_dir / "postgresql.conf").open("a") as conf:
             conf.write(
                 f"\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.root}'\n"
-                "fsync = off\nfull_page_writes = off\nmax_connections = 100\nshared_buffers = 32MB\n"
+                "max_connections = 200\nshared_buffers = 64MB\n"
             )
+            if not durable:
+                conf.write("fsync = off\nfull_page_writes = off\n")
 
     def wait_for_sync_replica(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

@@ -209,8 +209,8 @@ def test_a_scripted_mix_of_calls_and_decisions_shows_in_the_scrape(
     # 9 calls; 3 requests created; 3 decided: each request's created and decided events are entries too.
     assert delta("gateway_audit_appends_total", record="tool_call") == 9
     assert delta("gateway_audit_appends_total", record="event") >= 6
-    assert after.value("gateway_audit_verify_ok") == 1
-    assert after.value("gateway_audit_verify_last_run_timestamp_seconds") > 0
+    assert after.value("gateway_audit_verify_ok", scope="all") == 1
+    assert after.value("gateway_audit_verify_last_run_timestamp_seconds", scope="all") > 0
 
 
 def test_card_deliveries_failures_and_the_channel_links_show_in_the_scrape(
@@ -369,7 +369,7 @@ def test_several_processes_count_into_one_scrape(transactional_db, tmp_path):
             scraped = Scrape(response.text)
             assert scraped.value("gateway_tool_calls_total", agent="multi-bot", decision="allow") == 5
             assert scraped.value("gateway_audit_appends_total", record="tool_call") == 5
-            assert scraped.value("gateway_audit_verify_ok") == 1
+            assert scraped.value("gateway_audit_verify_ok", scope="all") == 1
         assert len(list(shared.glob("*.db"))) >= 3  # a file per process that counted
     finally:
         for server in servers:

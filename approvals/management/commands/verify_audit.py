@@ -60,7 +60,7 @@ class Command(BaseCommand):
         heads = expected_heads(list(expect_head))
         result = audit_verify(since=since, agent=chosen, expected_heads=heads)
         # Seen by /metrics when this process shares the servers' PROMETHEUS_MULTIPROC_DIR (docs/operating.md).
-        metrics.audit_verified(ok=result.ok)
+        metrics.audit_verified(ok=result.ok, partial=since is not None or chosen is not None)
         for problem in sorted(result.problems)[:50]:
             self.stderr.write(f"problem: {problem.message}")
         if len(result.problems) > 50:
