@@ -265,6 +265,9 @@ class ConfirmationRequest(models.Model):
     answer = models.JSONField(null=True, blank=True)
     default_answer = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -315,6 +318,9 @@ class ApproverResponse(models.Model):
     reason = models.TextField(blank=True)
     channel = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at"]
@@ -471,6 +477,9 @@ class Grant(models.Model):
     revoked_by = models.CharField(max_length=200, blank=True)
     uses = models.PositiveIntegerField(default=0)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # HMAC-SHA256 under the audit key of the fields that decide (`approvals.audit.SIGNED`), written with
+    # them by the service that changes them; an agent is answered only from a row whose MAC verifies.
+    decision_mac = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -536,14 +545,17 @@ class AuditAction(models.TextChoices):
     NOTED = "noted"  # a tool-error's hook decisions appended to a ToolCall that stays open
     EVENT = "event"  # a ConfirmationEvent written
     RETAINED = "retained"  # a kept row re-linked by `purge` when its older entries were cut
+    RECORDED = "recorded"  # a decision row (request, response, grant) written: created, decided, revoked
 
 
 class AuditEntry(models.Model):
-    """One link of an agent's chain: what one write of a chained row said, hashed.
+    """One link of an agent's chain: what one write of a chained row (a tool call, an event, or a
+    decision row: request, response, grant) said, hashed.
 
     `content_hash` is the SHA-256 of the row's canonical content just after the
-    write; `entry_hash` covers the agent, `seq`, the action, the row and
-    `content_hash`, and `prev_hash` (the entry before it, or the checkpoint the
+    write; `entry_hash` is an HMAC-SHA256, under the audit key named `key_id`
+    (never stored in the database), of the agent, `seq`, the action, the row,
+    `content_hash` and `prev_hash` (the entry before it, or the checkpoint the
     chain was cut at). Append-only: `approvals.services.audit` writes entries,
     `approvals.audit.audit_verify` walks them. The row references carry no
     database constraint on purpose: a row deleted behind the gateway's back must
@@ -560,9 +572,20 @@ class AuditEntry(models.Model):
     event = models.ForeignKey(
         ConfirmationEvent, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
     )
+    # the decision rows (their signed fields: `approvals.audit.SIGNED`)
+    confirmation = models.ForeignKey(
+        ConfirmationRequest, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
+    response = models.ForeignKey(
+        ApproverResponse, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
+    grant = models.ForeignKey(
+        Grant, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, null=True, related_name="+"
+    )
     content_hash = models.CharField(max_length=64)
     prev_hash = models.CharField(max_length=64)
-    entry_hash = models.CharField(max_length=64)
+    entry_hash = models.CharField(max_length=64)  # HMAC-SHA256 under the audit key `key_id` (docs/audit.md)
+    key_id = models.CharField(max_length=32)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -572,6 +595,11 @@ class AuditEntry(models.Model):
             # verify_audit and purge: the latest entry about each row
             models.Index(fields=["tool_call", "seq"], condition=Q(tool_call__isnull=False), name="audit_entry_tool_call"),
             models.Index(fields=["event", "seq"], condition=Q(event__isnull=False), name="audit_entry_event"),
+            models.Index(
+                fields=["confirmation", "seq"], condition=Q(confirmation__isnull=False), name="audit_entry_request"
+            ),
+            models.Index(fields=["response", "seq"], condition=Q(response__isnull=False), name="audit_entry_response"),
+            models.Index(fields=["grant", "seq"], condition=Q(grant__isnull=False), name="audit_entry_grant"),
         ]
 
     def __str__(self) -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import datetime as dt
 import functools
 import json
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +19,7 @@ from django.db.models import Count, Min, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.caches import KeyHolder, cache
 from approvals.arguments import dotted, with_edits
 from approvals.errors import Conflict, InvalidInput, NotFound
@@ -93,6 +96,7 @@ def team_sees(user: Any, confirmation: ConfirmationRequest) -> bool:
     does not exist for the user: its page is a 404 and no click of theirs on the web reaches it."""
     return in_teams(user, confirmation.agent.team_id)
 
+logger = logging.getLogger("approvals.audit")
 
 # Most calls a turn's card lists (the rest are on the web page).
 TURN_CARD_ITEMS = 20
@@ -196,12 +200,37 @@ def confirmation_url(confirmation: ConfirmationRequest | ConfirmationState | str
     return settings.GATEWAY_PUBLIC_URL + reverse("approval-page", args=[pk])
 
 
+# What an agent is told of a request whose record does not verify (docs/audit.md, "Answered from facts that verify").
+UNVERIFIED_REASON = (
+    "the gateway's record of this decision does not verify (it was changed outside the gateway); "
+    "the call is denied — an operator can see why with `manage.py verify_audit`"
+)
+
+
+def verified(confirmation: ConfirmationRequest | ConfirmationState) -> ConfirmationRequest | ConfirmationState:
+    """The request as an agent may be told it: as it is if its `decision_mac` signs what it says, else
+    rejected by the gateway (a decision changed behind the gateway's back never turns into `allow`)."""
+    ok = confirmation.verified if isinstance(confirmation, ConfirmationState) else decision_verifies(
+        ConfirmationRequest, confirmation
+    )
+    if ok:
+        return confirmation
+    state = confirmation if isinstance(confirmation, ConfirmationState) else ConfirmationState.from_row(confirmation)
+    logger.error("confirmation request %s does not verify against its decision_mac: answered as rejected", state.id)
+    return dataclasses.replace(
+        state, status=Status.REJECTED, decided_by=SYSTEM_ACTOR, decided_by_name=SYSTEM_ACTOR,
+        decision_reason=UNVERIFIED_REASON, arg_edits={}, approved_args=None,
+    )  # fmt: skip
+
+
 def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
-    """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it.
+    """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it —
+    `verified`: a request whose record does not verify is shown rejected by the gateway.
 
     `tool_args` are the arguments the agent proposed (as stored: redacted); `approved_args`
     what the approver approved instead, when they edited them (`edited: true`).
     """
+    confirmation = verified(confirmation)
     return {
         "id": str(confirmation.pk),
         "status": confirmation.status,
@@ -291,7 +320,9 @@ def answer_for_confirmation(
     """The pre-tool-use answer a request's current state implies (from its row or a waiter's state of it).
 
     `tool_args` are the agent's own arguments; an approval with edits answers them with the edits applied.
+    A request whose record does not verify is answered `deny` (`verified`).
     """
+    confirmation = verified(confirmation)
     status = confirmation.status
     who = decider(confirmation)
     if status == Status.PENDING:
@@ -735,16 +766,26 @@ def live_grant_for(
 ) -> list[Any]:
     """Ids of the live grants whose scope covers this call (its user's, or made without a user for a
     call without one), oldest first (the caller uses one with a conditional UPDATE, which re-checks
-    that it is still live)."""
-    return list(
+    that it is still live). Only grants that verify — their `decision_mac`, and the latest entry of the
+    audit chain about them: one inserted, widened or un-revoked behind the gateway's back allows nothing."""
+    rows = (
         Grant.objects.filter(
             agent=agent, session_id=session_id, user_id=user_id, tool_name=tool_name, gate=gate, revoked_at__isnull=True
         )
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .filter(Q(args_fingerprint="") | Q(args_fingerprint=fingerprint))
         .order_by("created_at")
-        .values_list("pk", flat=True)[:5]
+        .values(*GRANT_SIGNED, "decision_mac")[:5]
     )
+    live = []
+    for row in rows:
+        # Its MAC (nothing made up), and the chain's latest entry about it (nothing rolled back to a state
+        # it really had: a grant restored from before its revocation).
+        if decision_verifies(Grant, row) and chained_row_verifies("grant", row):
+            live.append(row["id"])
+        else:
+            logger.error("grant %s does not verify against its decision_mac and its audit entry: not used", row["id"])
+    return live
 
 
 def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str) -> ToolCall:

@@ -71,3 +71,10 @@ def purge_old_records() -> dict[str, int]:
         "confirmations": result.confirmations_removed,
         "entries": result.entries_removed,
     }
+
+
+@shared_task
+def audit_checkpoint() -> int:
+    """Beat, every GATEWAY_AUDIT_CHECKPOINT_SECONDS: record every chain's head outside the database
+    (GATEWAY_AUDIT_HEADS_FILE and the log), for `verify_audit --expect-head`."""
+    return len(services.audit_checkpoint(path=settings.GATEWAY_AUDIT_HEADS_FILE))

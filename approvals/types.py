@@ -115,6 +115,9 @@ class ConfirmationState:
     kind: str = "confirmation"  # or "question" (docs/asking.md)
     answer: Any = None  # a question's answer, once answered
     default_answer: Any = None  # what a question's agent gets if it expires unanswered
+    # Whether the row's `decision_mac` signs what it says (approvals.audit.decision_verifies): an agent
+    # is never answered from a state that does not verify (`selectors.verified`).
+    verified: bool = True
 
     @property
     def edited(self) -> bool:
@@ -150,11 +153,14 @@ class ConfirmationState:
             kind=row.kind,
             answer=row.answer,
             default_answer=row.default_answer,
+            verified=_row_verifies(row),
         )
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> ConfirmationState:
-        """From the JSON a notification carries (`changes_notify`)."""
+        """From the JSON a notification carries (`changes_notify`): what the MAC signs is read from what
+        it signs (`signed`), so a state can verify only as a whole."""
+        data = {**data, **(data.get("signed") if isinstance(data.get("signed"), dict) else {})}
         return cls(
             id=str(data["id"]),
             agent_id=int(data["agent_id"]),
@@ -175,7 +181,31 @@ class ConfirmationState:
             kind=data.get("kind") or "confirmation",
             answer=data.get("answer"),
             default_answer=data.get("default_answer"),
+            verified=_payload_verifies(data),
         )
+
+
+def _row_verifies(row: Any) -> bool:
+    from approvals.audit import decision_verifies
+    from approvals.models import ConfirmationRequest
+
+    return decision_verifies(ConfirmationRequest, row)
+
+
+def _payload_verifies(data: dict[str, Any]) -> bool:
+    """A notification's state checked against the MAC it carries (anyone who can NOTIFY can send one)."""
+    from approvals.audit import REQUEST_SIGNED, decision_verifies
+    from approvals.models import ConfirmationRequest
+
+    signed = data.get("signed")
+    if not isinstance(signed, dict):
+        return False
+    try:
+        row = {field: signed[field] for field in REQUEST_SIGNED}
+    except KeyError:
+        return False
+    row["decided_at"], row["expires_at"] = _moment(row["decided_at"]), _moment(row["expires_at"])
+    return decision_verifies(ConfirmationRequest, row, signed.get("decision_mac") or "")
 
 
 def _moment(value: str | None) -> dt.datetime | None:

@@ -71,6 +71,8 @@ BENCH_ENV = {
     "CELERY_BROKER_URL": BROKER_URL,
     "GATEWAY_CHANNEL_PREFIX": "gw_bench",
     "GATEWAY_SECRET_KEY": secrets.token_urlsafe(40),  # shared with the server: we sign Slack button values
+    # shared with the server: we sign requests we put straight into the table (docs/audit.md)
+    "GATEWAY_AUDIT_KEY": "bench:" + secrets.token_urlsafe(40),
     "GATEWAY_WAIT_MAX_SECONDS": "600",
     "GATEWAY_LOG_LEVEL": "WARNING",
     "GATEWAY_VAR_DIR": str(ROOT / "var" / "bench"),
@@ -253,6 +255,10 @@ def create_pending(n: int, *, agent_id: int, channel_id: int, expires_at: list[d
         )
         for i in range(n)
     ]
+    from approvals.audit import decision_mac
+
+    for row in rows:  # signed as the gateway signs what it writes (docs/audit.md)
+        row.decision_mac = decision_mac(ConfirmationRequest, row)
     ConfirmationRequest.objects.bulk_create(rows, batch_size=2000)
     return [str(r.pk) for r in rows]
 
@@ -266,14 +272,17 @@ def decide_in_one_transaction(ids: list[str]) -> tuple[dict[str, str], float]:
     from approvals.models import ConfirmationRequest
     from approvals.services.records import changes_notify
 
+    from approvals.audit import decision_mac
+
     expected = {cid: ("approved" if i % 2 == 0 else "rejected") for i, cid in enumerate(ids)}
     now = timezone.now()
+    # signed as the gateway signs a decision (docs/audit.md); the signing is not what this part measures
+    rows = list(ConfirmationRequest.objects.filter(pk__in=ids))
+    for row in rows:
+        row.status, row.decided_by, row.decided_at = expected[str(row.pk)], "bench", now
+        row.decision_mac = decision_mac(ConfirmationRequest, row)
     with transaction.atomic():
-        for status in ("approved", "rejected"):
-            chosen = [cid for cid, s in expected.items() if s == status]
-            ConfirmationRequest.objects.filter(pk__in=chosen, status="pending").update(
-                status=status, decided_by="bench", decided_at=now
-            )
+        ConfirmationRequest.objects.bulk_update(rows, ["status", "decided_by", "decided_at", "decision_mac"], batch_size=2000)
         changes_notify(ids)
     return expected, time.perf_counter()
 

@@ -13,8 +13,9 @@ tracing.configure()  # off unless OTEL_* variables ask for traces
 
 django_asgi_app = get_asgi_application()
 
-from gateway.startup import apply_startup_config  # noqa: E402
+from gateway.startup import apply_startup_config, check_audit_key  # noqa: E402
 
+check_audit_key()
 apply_startup_config()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -242,6 +242,50 @@ if GATEWAY_RETENTION_DAYS < 0:
 if GATEWAY_RETENTION_DAYS:
     CELERY_BEAT_SCHEDULE["purge-old-records"] = {"task": "approvals.tasks.purge_old_records", "schedule": 86400.0}
 
+# The audit key (docs/audit.md): HMAC-SHA256 keys that sign the audit chain and every decision row.
+# Never stored in the database. GATEWAY_AUDIT_KEY is `<key id>:<secret>` (new entries are signed with it);
+# GATEWAY_AUDIT_OLD_KEYS lists retired keys the same way, comma-separated, for verifying what they signed.
+# Without GATEWAY_AUDIT_KEY a development key (id `dev-insecure`, published here) is used: the
+# `approvals.E001` system check (run by `migrate`, `check` and at server start-up) refuses it unless
+# GATEWAY_ALLOW_DEV_AUDIT_KEY is on (`make run` and the tests turn it on).
+GATEWAY_AUDIT_DEV_KEY_ID = "dev-insecure"
+_DEV_AUDIT_KEY = f"{GATEWAY_AUDIT_DEV_KEY_ID}:development key, published in the source: not a secret"
+
+
+def _audit_keys() -> tuple[str, dict[str, bytes]]:
+    def parse(name: str, value: str) -> tuple[str, bytes]:
+        key_id, sep, secret = value.partition(":")
+        key_id = key_id.strip()
+        if not sep or not key_id or not secret or len(key_id) > 32 or "|" in key_id:
+            raise ImproperlyConfigured(f"{name} must be `<key id>:<secret>` (a key id of at most 32 characters)")
+        if key_id != GATEWAY_AUDIT_DEV_KEY_ID and len(secret) < 32:
+            raise ImproperlyConfigured(f"{name}: the secret of key {key_id!r} must be at least 32 characters")
+        return key_id, secret.encode()
+
+    current_id, current = parse("GATEWAY_AUDIT_KEY", env_str("GATEWAY_AUDIT_KEY", _DEV_AUDIT_KEY) or "")
+    keys = {current_id: current}
+    for item in env_list("GATEWAY_AUDIT_OLD_KEYS"):
+        key_id, secret = parse("GATEWAY_AUDIT_OLD_KEYS", item)
+        if key_id in keys:
+            raise ImproperlyConfigured(f"GATEWAY_AUDIT_OLD_KEYS: key id {key_id!r} is listed twice")
+        keys[key_id] = secret
+    return current_id, keys
+
+
+GATEWAY_AUDIT_KEY_ID, GATEWAY_AUDIT_KEYS = _audit_keys()
+GATEWAY_ALLOW_DEV_AUDIT_KEY = env_bool("GATEWAY_ALLOW_DEV_AUDIT_KEY", False)
+# Beat records every chain's head this often (seconds; 0: never) in GATEWAY_AUDIT_HEADS_FILE and the log,
+# outside the chain, for `verify_audit --expect-head` to catch a truncated tail (docs/audit.md).
+GATEWAY_AUDIT_CHECKPOINT_SECONDS = env_int("GATEWAY_AUDIT_CHECKPOINT_SECONDS", 300)
+GATEWAY_AUDIT_HEADS_FILE = env_str("GATEWAY_AUDIT_HEADS_FILE", str(VAR_DIR / "audit-heads.jsonl"))
+if GATEWAY_AUDIT_CHECKPOINT_SECONDS < 0:
+    raise ImproperlyConfigured(f"GATEWAY_AUDIT_CHECKPOINT_SECONDS must be 0 or more, got {GATEWAY_AUDIT_CHECKPOINT_SECONDS}")
+if GATEWAY_AUDIT_CHECKPOINT_SECONDS:
+    CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
+        "task": "approvals.tasks.audit_checkpoint",
+        "schedule": float(GATEWAY_AUDIT_CHECKPOINT_SECONDS),
+    }
+
 # Networks and host names the gateway may call on someone's behalf although they are not public
 # (callback_url, webhook hooks, inject_tool_result and MCP sources): CIDRs, addresses, host names.
 GATEWAY_OUTBOUND_ALLOW = env_list("GATEWAY_OUTBOUND_ALLOW")

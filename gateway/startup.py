@@ -1,4 +1,5 @@
-"""Start-up work of a server process: apply `GATEWAY_CONFIG` if set (docs/reference/environment.md)."""
+"""Start-up work of a server process: refuse the development audit key outside development, and apply
+`GATEWAY_CONFIG` if set (docs/reference/environment.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from approvals.config_schema import load_config_file
 from gateway.configfile import ConfigError
 
 logger = logging.getLogger("gateway")
+
+
+def check_audit_key() -> None:
+    """Refuse to serve on the published development audit key (`approvals.E001`, docs/audit.md)."""
+    from approvals.checks import audit_key_check
+
+    errors = audit_key_check()
+    if errors:
+        raise ImproperlyConfigured(f"{errors[0].msg} {errors[0].hint}")
 
 
 def apply_startup_config() -> None:

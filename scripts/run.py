@@ -30,6 +30,11 @@ def main() -> int:
     env.setdefault("GATEWAY_PUBLIC_URL", f"http://{HOST}:{PORT}")
     # On one's own machine the demo's webhooks and tools are local: let the gateway call loopback.
     env.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+    # Without GATEWAY_AUDIT_KEY the audit is signed with the published development key: fine on one's
+    # own machine, refused anywhere else (docs/audit.md).
+    if not env.get("GATEWAY_AUDIT_KEY"):
+        env.setdefault("GATEWAY_ALLOW_DEV_AUDIT_KEY", "1")
+        print("make run: GATEWAY_AUDIT_KEY is not set; signing the audit with the DEVELOPMENT key (not for production)")
     # With metrics on (GATEWAY_METRICS_TOKEN), /metrics adds up the server's, the worker's and beat's
     # counts: they share a directory, emptied at each start (docs/operating.md, "Metrics").
     if env.get("GATEWAY_METRICS_TOKEN") and not env.get("PROMETHEUS_MULTIPROC_DIR"):

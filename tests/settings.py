@@ -33,6 +33,8 @@ if _WORKER.startswith("gw") and os.environ.get("GATEWAY_TEST_WORKER") != _WORKER
     os.environ["GATEWAY_CHANNEL_PREFIX"] = f"gateway-{_WORKER}"
     os.environ["GATEWAY_VAR_DIR"] = os.path.join(os.environ["GATEWAY_VAR_DIR"], _WORKER)
 os.environ.setdefault("GATEWAY_PUBLIC_URL", "http://testserver.invalid")
+# The audit is signed with a test key (what production must set; tests/audit/test_keys.py tries others).
+os.environ.setdefault("GATEWAY_AUDIT_KEY", "test-2026:a test audit key, at least thirty-two characters long")
 # The tests' fakes (webhook receivers, MCP servers, policy services) listen on loopback.
 os.environ.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
 # slack-sdk reads proxy variables and ignores NO_PROXY: never proxy our loopback fakes.

@@ -19,7 +19,7 @@ def make_the_default_team(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0012_people'),
+        ('approvals', '0013_questions'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -18,7 +18,7 @@ the modules import each other directly, never through this package.
 
 from approvals.services.agents import agent_create, agent_hooks_apply, agent_set_read_only, config_apply
 from approvals.services.api_keys import api_key_create, api_key_revoke, api_key_touch, api_key_touch_by_id
-from approvals.services.audit import audit_append, audit_purge
+from approvals.services.audit import audit_append, audit_checkpoint, audit_purge
 from approvals.services.confirmations import (
     confirmation_cancel,
     confirmation_cancel_by_staff,
@@ -59,6 +59,7 @@ __all__ = [
     "api_key_touch",
     "api_key_touch_by_id",
     "audit_append",
+    "audit_checkpoint",
     "audit_purge",
     "config_apply",
     "question_create",

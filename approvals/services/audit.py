@@ -1,13 +1,21 @@
 """The tamper-evident chain's writes (docs/audit.md): one entry per write of a chained row, and the purge.
 
 `audit_append` is called in the transaction of the write it records, right
-after it. On PostgreSQL it is ONE statement: an upsert that advances the
-agent's `AuditHead` (which locks that row until the transaction ends) and, in
-the same statement, inserts the entry whose hash PostgreSQL computes from the
-head it just advanced. Two writers of one agent therefore queue on the head
-row and can never fork the chain; writers of different agents never meet.
-Elsewhere (SQLite for `make run`) the head is read and written in the
-transaction, which SQLite's IMMEDIATE transactions already serialise.
+after it. Each entry is signed with the audit key (HMAC-SHA256 over its agent,
+place, content and the entry before it: `approvals.audit.entry_hash`), which
+the database never sees, so the signature is computed here — from the head
+(`seq`, `hash`) the entry follows.
+
+The head is known without asking in the common case: each process remembers
+the head it last wrote for each agent (`_heads`). An append is then ONE
+statement that advances the agent's `AuditHead` only if it is still that head
+(which locks the row until the transaction ends) and writes the entry (and,
+for `audit_insert_linked`, the chained row) only if it did. Two writers of one
+agent therefore queue on the head row and can never fork the chain; the loser
+finds the head moved, wrote nothing, and appends again from the head as it is
+now (read, then read under the row lock if it moved again). Writers of
+different agents never meet. Elsewhere (SQLite for `make run`) the head is read
+and written in the transaction, which SQLite's IMMEDIATE transactions serialise.
 
 Lock order: a transaction that writes an event about a confirmation request and
 also locks that request locks the request first (every path here does), so the
@@ -20,11 +28,11 @@ behind a card delivery that holds the lead and waits for the head.
 A transaction that writes several chained rows of one agent (creating a
 request: the call, its `created` and `card_posted` events) wraps them in
 `audit_deferred()`: the links are queued as the rows are written and appended
-together when the block ends, in ONE statement per agent that locks the head,
-chains the entries (PostgreSQL computes each hash from the one before) and
-advances the head. The head is then held for that statement and the COMMIT
-only, not from the first event to the end of the transaction, which is what
-lets an agent's requests be created in parallel.
+together when the block ends: the head locked and read, the entries signed one
+after another here, written in one INSERT and the head advanced. The head is
+then held for those statements and the COMMIT only, not from the first event to
+the end of the transaction, which is what lets an agent's requests be created
+in parallel.
 
 `audit_purge` removes old records and records a checkpoint (the hash of the
 last entry it removed), from which `verify_audit` starts the chain again.
@@ -36,17 +44,32 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from approvals.audit import GENESIS, audit_verify, content_hash, entry_hash, entry_tail
+from approvals.audit import (
+    GENESIS,
+    LINKS,
+    SOURCE_OF,
+    ExpectedHead,
+    audit_verify,
+    content_hash,
+    current_heads,
+    current_key_id,
+    entry_hash,
+    entry_tail,
+    heads_line,
+)
 from approvals.errors import GatewayError
 from approvals.models import (
     FINAL_STATUSES,
+    ApproverResponse,
     AuditAction,
     AuditCheckpoint,
     AuditEntry,
@@ -59,60 +82,44 @@ from approvals.models import (
 )
 from gateway import metrics
 
+logger = logging.getLogger("approvals.audit")
 PURGE_BATCH = 1000
 _HEAD = AuditHead._meta.db_table
 _ENTRY = AuditEntry._meta.db_table
-# The entry's hash is `entry_hash()` of approvals.audit, computed by PostgreSQL where seq and prev are known.
-# `{source}` is "" (append unconditionally) or "FROM written" (append only if the statement's
-# `written` part, an INSERT of the chained row, wrote it).
+# One append: the head advanced from (seq - 1, prev) to (seq, hash) — only if it is still there, and only
+# if `{where}` holds — and the entry written only if it was. `{written}` is "" or the INSERT of the chained
+# row (its WHERE is `EXISTS (SELECT 1 FROM head)`), as a CTE of its own.
 _APPEND_SQL = f"""
-head AS (
-    INSERT INTO {_HEAD} AS h (agent_id, seq, hash, prev_hash)
-    SELECT %(agent)s::bigint, 1,
-           encode(sha256(convert_to(%(agent)s::text || '|1|' || %(tail)s::text || '|' || %(genesis)s::text, 'UTF8')), 'hex'),
-           %(genesis)s::varchar {{source}}
-    ON CONFLICT (agent_id) DO UPDATE SET
-        seq = h.seq + 1,
-        prev_hash = h.hash,
-        hash = encode(sha256(convert_to(
-            h.agent_id::text || '|' || (h.seq + 1)::text || '|' || %(tail)s::text || '|' || h.hash, 'UTF8')), 'hex')
-    RETURNING seq, hash, prev_hash
-)
-INSERT INTO {_ENTRY} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
-SELECT %(agent)s::bigint, seq, %(action)s::varchar, %(tool_call)s::uuid, %(event)s::bigint, %(content)s::varchar,
-       prev_hash, hash, %(now)s::timestamptz FROM head
+WITH head AS (
+    UPDATE {_HEAD} SET seq = %(seq)s, hash = %(hash)s, prev_hash = %(prev)s
+    WHERE agent_id = %(agent)s AND seq = %(seq)s - 1 AND hash = %(prev)s AND ({{where}})
+    RETURNING 1
+){{written}}
+INSERT INTO {_ENTRY}
+    (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
+     entry_hash, key_id, created_at)
+SELECT %(agent)s::bigint, %(seq)s::bigint, %(action)s::varchar, %(tool_call_id)s::uuid, %(event_id)s::bigint,
+       %(confirmation_id)s::uuid, %(response_id)s::bigint, %(grant_id)s::uuid,
+       %(content)s::varchar, %(prev)s::varchar, %(hash)s::varchar, %(key_id)s::varchar, %(now)s::timestamptz
+FROM head
 """
 
+# The head of each agent's chain as this process last wrote it: the guess an append starts from.
+_heads: dict[int, tuple[int, str]] = {}
+# Appends in autocommit (the allowed call's) of one agent take turns within a process, so the guess is
+# the head whenever no other process wrote in between (they would queue on the head row anyway).
+_turns: dict[int, threading.Lock] = {}
+_turns_lock = threading.Lock()
 
-# Several links of one agent in one statement (`audit_deferred`): the head locked and read, the
-# entries chained from it one after another (a recursive CTE), written, and the head advanced.
-_APPEND_MANY_SQL = f"""
-WITH RECURSIVE
-old AS (SELECT seq, hash FROM {_HEAD} WHERE agent_id = %(agent)s FOR UPDATE),
-links (i, tail, action, tool_call, event, content, created_at) AS (VALUES {{values}}),
-chain (i, seq, hash, prev) AS (
-    SELECT 0, seq, hash::text, NULL::text FROM old
-    UNION ALL
-    SELECT c.i + 1, c.seq + 1,
-           encode(sha256(convert_to(
-               %(agent)s::text || '|' || (c.seq + 1)::text || '|' || l.tail || '|' || c.hash, 'UTF8')), 'hex'),
-           c.hash
-    FROM chain c JOIN links l ON l.i = c.i + 1
-),
-entries AS (
-    INSERT INTO {_ENTRY}
-        (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash, entry_hash, created_at)
-    SELECT %(agent)s::bigint, c.seq, l.action, l.tool_call, l.event, l.content, c.prev, c.hash, l.created_at
-    FROM chain c JOIN links l ON l.i = c.i
-)
-UPDATE {_HEAD} h SET seq = last.seq, hash = last.hash, prev_hash = last.prev
-FROM (SELECT seq, hash, prev FROM chain ORDER BY i DESC LIMIT 1) last
-WHERE h.agent_id = %(agent)s AND last.prev IS NOT NULL
-"""
-_LINK_VALUES = (
-    "(%(i{n})s::int, %(tail{n})s::text, %(action{n})s::varchar, %(tool_call{n})s::uuid, %(event{n})s::bigint, "
-    "%(content{n})s::varchar, %(now{n})s::timestamptz)"
-)
+
+def _turn(agent_id: int) -> threading.Lock | contextlib.nullcontext:
+    if connection.in_atomic_block:  # held until COMMIT, which is the caller's: the head row orders these
+        return contextlib.nullcontext()
+    lock = _turns.get(agent_id)
+    if lock is None:
+        with _turns_lock:
+            lock = _turns.setdefault(agent_id, threading.Lock())
+    return lock
 
 # The links queued by the innermost `audit_deferred` block of this context (None: none is open).
 _deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = contextvars.ContextVar(
@@ -123,7 +130,7 @@ _deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = con
 @contextlib.contextmanager
 def audit_deferred() -> Iterator[None]:
     """Queue the chain links of the writes in this block and append them all when it ends without an
-    error — one statement per agent (PostgreSQL; elsewhere each link is appended as it is made).
+    error — a few statements per agent (PostgreSQL; elsewhere each link is appended as it is made).
     Open it inside the transaction that writes the rows, so the entries commit with them. Nested
     blocks share the outer one's queue."""
     if _deferred.get() is not None or connection.vendor != "postgresql":
@@ -137,183 +144,234 @@ def audit_deferred() -> Iterator[None]:
         yield
     finally:
         _deferred.reset(token)
-    for agent_id in sorted({agent_id for agent_id, _ in queued}):  # heads locked in agent order
-        _append_many(agent_id, [link for owner, link in queued if owner == agent_id])
+    _append_locked([(agent_id, link) for agent_id, link in queued])
 
 
 def _count_appended(links: Iterable[dict[str, Any]]) -> None:
-    """`gateway_audit_appends_total`, at commit: entries rolled back were never appended."""
-    tool_calls = events = 0
+    """`gateway_audit_appends_total{record}`, at commit: entries rolled back were never appended."""
+    counts: dict[str, int] = {}
     for link in links:
-        if link["tool_call"] is not None:
-            tool_calls += 1
-        else:
-            events += 1
+        record = next((name for name, column in LINKS.items() if link.get(column) is not None), "event")
+        counts[record] = counts.get(record, 0) + 1
 
     def count() -> None:
-        if tool_calls:
-            metrics.AUDIT_APPENDS.labels("tool_call").inc(tool_calls)
-        if events:
-            metrics.AUDIT_APPENDS.labels("event").inc(events)
+        for record, n in counts.items():
+            metrics.AUDIT_APPENDS.labels(record).inc(n)
 
     transaction.on_commit(count)
 
 
-def _append_many(agent_id: int, links: list[dict[str, Any]]) -> None:
-    values = ", ".join(_LINK_VALUES.format(n=n) for n in range(len(links)))
-    params: dict[str, Any] = {"agent": agent_id}
-    for n, link in enumerate(links):
-        params.update({f"{key}{n}": link[key] for key in ("tail", "action", "tool_call", "event", "content", "now")})
-        params[f"i{n}"] = n + 1
-    sql = _APPEND_MANY_SQL.format(values=values)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if cursor.rowcount == 1:
-            _count_appended(links)
-            return
-        # The agent's first entries: give it a head at the genesis, then append.
-        genesis = AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)
-        AuditHead.objects.bulk_create([genesis], ignore_conflicts=True)
-        cursor.execute(sql, params)
-        if cursor.rowcount != 1:
-            raise RuntimeError(f"could not advance the audit head of agent {agent_id}")
-    _count_appended(links)
-
-
 def _link(*, agent_id: int, action: str, row: Any, source: str | None) -> dict[str, Any]:
-    """The parameters of `_APPEND_SQL` for one write of `row` (as it is now)."""
+    """What one write of `row` (as it is now: a model instance, or a dict of its fields) puts in its
+    entry, but its place in the chain."""
     if source is None:
-        source = "tool_call" if isinstance(row, ToolCall) else "event"
+        source = SOURCE_OF[type(row)]
     row_id = row["id"] if isinstance(row, dict) else row.pk
     content = content_hash(source, row)
     return {
         "agent": agent_id,
         "tail": entry_tail(action=action, source=source, source_id=row_id, content=content),
-        "genesis": GENESIS,
         "action": action,
         "content": content,
         "now": timezone.now(),
-        "tool_call": row_id if source == "tool_call" else None,
-        "event": row_id if source == "event" else None,
+        **{link: (row_id if name == source else None) for name, link in LINKS.items()},
     }
 
 
+def _placed(link: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
+    """`link` as the entry after (`seq` - 1, `prev`): its place and its signature."""
+    key_id = current_key_id()
+    signed = entry_hash(agent_id=link["agent"], seq=seq, tail=link["tail"], prev_hash=prev, key_id=key_id)
+    return {**link, "seq": seq, "prev": prev, "hash": signed, "key_id": key_id}
+
+
+def _append_one(link: dict[str, Any], *, written: str = "", where: str = "", params: dict[str, Any] | None = None) -> bool:
+    """Append one link (PostgreSQL), with the chained row's INSERT (`written`) if given; False if
+    `where` held it back (nothing written). Starts from this process's guess of the head; a head that
+    moved is read again (with no `where`), then locked (in a transaction) if it moved again."""
+    agent_id = link["agent"]
+    with _turn(agent_id):
+        return _append_guessing(link, written=written, where=where, params=params)
+
+
+def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: dict[str, Any] | None) -> bool:
+    agent_id = link["agent"]
+    cte = f", written AS ({written})" if written else ""
+    sql = _APPEND_SQL.format(where=where or "true", written=cte)
+    guess = _heads.get(agent_id)
+    for attempt in range(2):
+        if guess is not None:
+            placed = _placed(link, guess[0] + 1, guess[1])
+            with connection.cursor() as cursor:
+                cursor.execute(sql, {**(params or {}), **placed})
+                if cursor.rowcount == 1:
+                    _heads[agent_id] = (placed["seq"], placed["hash"])
+                    _count_appended([link])
+                    return True
+        if where:
+            break  # the head moved, or `where` held the write back: which one, only the locked head can say
+        now = AuditHead.objects.filter(agent_id=agent_id).values_list("seq", "hash").first()
+        if now is None:
+            break  # the agent's first entry: its head is made below
+        guess = (now[0], now[1])
+    # The head keeps moving (or there is none yet): wait for it under its row lock.
+    with transaction.atomic(savepoint=False):
+        seq, prev = _lock_head(agent_id)
+        placed = _placed(link, seq + 1, prev)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {**(params or {}), **placed})
+            if cursor.rowcount != 1:
+                return False
+            _count_appended([link])
+    _heads[agent_id] = (placed["seq"], placed["hash"])
+    return True
+
+
+def _lock_head(agent_id: int) -> tuple[int, str]:
+    """The agent's head, locked until the transaction ends (created at the genesis if it has none)."""
+    head = AuditHead.objects.select_for_update().filter(agent_id=agent_id).values_list("seq", "hash").first()
+    if head is None:
+        AuditHead.objects.bulk_create(
+            [AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS)], ignore_conflicts=True
+        )
+        head = AuditHead.objects.select_for_update().filter(agent_id=agent_id).values_list("seq", "hash").get()
+    return head[0], head[1]
+
+
+def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
+    """Append several links (in the caller's transaction): each agent's head locked in agent order (so two
+    bulk writers never wait on each other in a circle), the entries signed here one after another,
+    written in one INSERT, and the heads advanced."""
+    if not links:
+        return
+    entries, heads = [], {}
+    for agent_id in sorted({agent_id for agent_id, _ in links}):
+        seq, prev = _lock_head(agent_id)
+        for owner, link in links:
+            if owner != agent_id:
+                continue
+            placed = _placed(link, seq + 1, prev)
+            entries.append(
+                AuditEntry(
+                    agent_id=agent_id, seq=placed["seq"], action=placed["action"], content_hash=placed["content"],
+                    prev_hash=prev, entry_hash=placed["hash"], key_id=placed["key_id"], created_at=placed["now"],
+                    **{link: placed[link] for link in LINKS.values()},
+                )
+            )  # fmt: skip
+            seq, prev = placed["seq"], placed["hash"]
+        heads[agent_id] = (seq, prev, entries[-1].prev_hash)
+    AuditEntry.objects.bulk_create(entries)
+    _count_appended(link for _, link in links)
+    AuditHead.objects.bulk_update(
+        [AuditHead(agent_id=a, seq=seq, hash=hash_, prev_hash=before) for a, (seq, hash_, before) in heads.items()],
+        ["seq", "hash", "prev_hash"],
+    )
+    for agent_id, (seq, hash_, _) in heads.items():
+        _heads[agent_id] = (seq, hash_)
+
+
 def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:
-    """Link one write of a chained row (a `ToolCall` or a `ConfirmationEvent`, as it is now) into
-    its agent's chain. Call it inside the transaction of the write, after it."""
-    params = _link(agent_id=agent_id, action=action, row=row, source=source)
+    """Link one write of a chained row (a `ToolCall`, a `ConfirmationEvent`, or a decision row —
+    `ConfirmationRequest`, `ApproverResponse`, `Grant` — as it is now; a dict of its fields with
+    `source`) into its agent's chain. Call it inside the transaction of the write, after it."""
+    link = _link(agent_id=agent_id, action=action, row=row, source=source)
     queued = _deferred.get()
     if queued is not None:
-        queued.append((agent_id, params))
+        queued.append((agent_id, link))
         return
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("WITH " + _APPEND_SQL.format(source=""), params)
-    else:
-        with transaction.atomic(savepoint=False):
-            _append_here(params)
-    _count_appended([params])
+        _append_one(link)
+        return
+    with transaction.atomic(savepoint=False):
+        _append_here(link)
 
 
-def audit_insert_linked(*, insert_sql: str, params: dict[str, Any], agent_id: int, action: str, row: Any) -> bool:
-    """Write one chained row and its chain entry in ONE statement (PostgreSQL); False if nothing was written.
+def audit_insert_linked(
+    *,
+    row: Any,
+    insert: Callable[[str], tuple[str, dict[str, Any]]],
+    where: str = "",
+    params: dict[str, Any] | None = None,
+    agent_id: int,
+    action: str,
+) -> bool:
+    """Write one chained row (an unsaved `ToolCall`) and its chain entry; False if `where` (a condition,
+    with named `params`) held it back, and then nothing was written. `insert(where)` makes the row's
+    `INSERT … SELECT … WHERE <where>` and its parameters (`services.records.insert_statement`).
 
-    `insert_sql` is an `INSERT … SELECT …` of `row` with named parameters (`params`), whose
-    WHERE may hold it back; the entry is appended only if the row was written. Elsewhere:
-    the INSERT, then `audit_append`, in one transaction. One statement means one round trip
-    and the head row locked only for that statement, so an agent's writers queue on it for
-    microseconds, not for a transaction's length. Inside `audit_deferred()`: the INSERT
-    now, its entry with the block's others at the block's end.
+    PostgreSQL: in ONE statement when this process's guess of the agent's head is right (the head
+    row is then locked only for that statement and the COMMIT), so an agent's writers queue on it for
+    microseconds. Inside `audit_deferred()`: the INSERT now, its entry with the block's others at the
+    block's end. Elsewhere: the INSERT, then the entry, in one transaction.
     """
-    link = _link(agent_id=agent_id, action=action, row=row, source="tool_call" if isinstance(row, ToolCall) else "event")
     queued = _deferred.get()
-    with connection.cursor() as cursor:
-        if queued is not None:  # the entry goes with the block's others, at its end
-            cursor.execute(insert_sql, params)
-            if cursor.rowcount == 1:
+    deferred_or_elsewhere = queued is not None or connection.vendor != "postgresql"
+    # (first: the INSERT's values are what the row says — `created_at` is set here — and what is hashed)
+    sql, values = insert(where if deferred_or_elsewhere else "EXISTS (SELECT 1 FROM head)")
+    link = _link(agent_id=agent_id, action=action, row=row, source=None)
+    if deferred_or_elsewhere:
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            cursor.execute(sql, {**values, **(params or {})})
+            if cursor.rowcount != 1:
+                return False
+            if queued is not None:  # the entry goes with the block's others, at its end
                 queued.append((agent_id, link))
-            return cursor.rowcount == 1
-        if connection.vendor == "postgresql":
-            sql = f"WITH written AS ({insert_sql} RETURNING 1), " + _APPEND_SQL.format(source="FROM written")
-            cursor.execute(sql, {**params, **link})
-            written = cursor.rowcount == 1
-        else:
-            with transaction.atomic(savepoint=False):
-                cursor.execute(insert_sql, params)
-                written = cursor.rowcount == 1
-                if written:
-                    _append_here(link)
-    if written:
-        _count_appended([link])
-    return written
+            else:
+                _append_here(link)
+            return True
+    return _append_one(link, written=sql, where=where, params={**values, **(params or {})})
 
 
 def audit_append_many(links: list[tuple[int, str, Any]]) -> None:
     """Link several writes (`(agent_id, action, row)`, rows as they are now) into their agents' chains,
-    in a few statements however many: the heads locked together in agent order (so two bulk
-    writers never wait on each other in a circle), the hashes chained here, the entries written
-    in one INSERT and the heads advanced in one UPDATE."""
+    in a few statements however many (inside the caller's transaction)."""
     if not links:
         return
     if connection.vendor != "postgresql":
         for agent_id, action, row in sorted(links, key=lambda link: link[0]):
             audit_append(agent_id=agent_id, action=action, row=row)
         return
-    agents = sorted({agent_id for agent_id, _, _ in links})
-    AuditHead.objects.bulk_create(
-        [AuditHead(agent_id=agent_id, seq=0, hash=GENESIS, prev_hash=GENESIS) for agent_id in agents],
-        ignore_conflicts=True,
-    )
-    heads = {
-        agent_id: (seq, hash_)
-        for agent_id, seq, hash_ in AuditHead.objects.select_for_update()
-        .filter(agent_id__in=agents)
-        .order_by("agent_id")
-        .values_list("agent_id", "seq", "hash")
-    }
-    now = timezone.now()
-    entries = []
-    for agent_id, action, row in sorted(links, key=lambda link: link[0]):
-        link = _link(agent_id=agent_id, action=action, row=row, source=None)
-        seq, prev = heads[agent_id]
-        new = entry_hash(agent_id=agent_id, seq=seq + 1, tail=link["tail"], prev_hash=prev)
-        entries.append(
-            AuditEntry(
-                agent_id=agent_id, seq=seq + 1, action=action, tool_call_id=link["tool_call"], event_id=link["event"],
-                content_hash=link["content"], prev_hash=prev, entry_hash=new, created_at=now,
-            )
-        )  # fmt: skip
-        heads[agent_id] = (seq + 1, new)
-    AuditEntry.objects.bulk_create(entries)
-    _count_appended({"tool_call": entry.tool_call_id} for entry in entries)
-    last = {entry.agent_id: entry for entry in entries}
-    AuditHead.objects.bulk_update(
-        [AuditHead(agent_id=a, seq=e.seq, hash=e.entry_hash, prev_hash=e.prev_hash) for a, e in last.items()],
-        ["seq", "hash", "prev_hash"],
-    )
+    _append_locked([(agent_id, _link(agent_id=agent_id, action=action, row=row, source=None)) for agent_id, action, row in links])
 
 
 def _append_here(link: dict[str, Any]) -> None:
     """The append done step by step (SQLite, whose IMMEDIATE transactions serialise writers)."""
     agent_id = link["agent"]
     head = AuditHead.objects.select_for_update().filter(agent_id=agent_id).values_list("seq", "hash").first()
-    seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
-    new = entry_hash(agent_id=agent_id, seq=seq, tail=link["tail"], prev_hash=prev)
+    seq, prev = (head[0], head[1]) if head else (0, GENESIS)
+    placed = _placed(link, seq + 1, prev)
     if head:
-        AuditHead.objects.filter(agent_id=agent_id).update(seq=seq, hash=new, prev_hash=prev)
+        AuditHead.objects.filter(agent_id=agent_id).update(seq=placed["seq"], hash=placed["hash"], prev_hash=prev)
     else:
-        AuditHead.objects.create(agent_id=agent_id, seq=seq, hash=new, prev_hash=prev)
+        AuditHead.objects.create(agent_id=agent_id, seq=placed["seq"], hash=placed["hash"], prev_hash=prev)
     AuditEntry.objects.create(
         agent_id=agent_id,
-        seq=seq,
+        seq=placed["seq"],
         action=link["action"],
-        tool_call_id=link["tool_call"],
-        event_id=link["event"],
+        **{column: link[column] for column in LINKS.values()},
         content_hash=link["content"],
         prev_hash=prev,
-        entry_hash=new,
+        entry_hash=placed["hash"],
+        key_id=placed["key_id"],
         created_at=link["now"],
     )
+    _count_appended([link])
+
+
+# --------------------------------------------------------------------------- heads kept outside the database
+
+
+def audit_checkpoint(*, path: str | None) -> list[ExpectedHead]:
+    """Record every chain's head outside the database: one JSON line appended to `path` (beat, every
+    GATEWAY_AUDIT_CHECKPOINT_SECONDS) and a log line, for `verify_audit --expect-head`. Ship the file or
+    the log somewhere the database's keepers cannot rewrite (docs/audit.md)."""
+    heads = current_heads()
+    if heads and path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(heads_line(heads) + "\n")
+    if heads:
+        logger.info("audit heads: %s", " ".join(str(h) for h in heads))
+    return heads
 
 
 # --------------------------------------------------------------------------- retention
@@ -391,6 +449,9 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     settled = (
         ConfirmationRequest.objects.filter(agent_id=agent_id, created_at__lt=cutoff, status__in=FINAL_STATUSES)
         .exclude(Exists(newer.filter(event__confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(response__confirmation_id=OuterRef("pk"))))
+        .exclude(Exists(newer.filter(grant__confirmation_id=OuterRef("pk"))))
         .exclude(Exists(ConfirmationEvent.objects.filter(confirmation_id=OuterRef("pk"), created_at__gte=cutoff)))
         .exclude(Exists(allowed_and_staying))
     )
@@ -412,6 +473,19 @@ def _purge_chain(agent_id: int, result: PurgeResult) -> None:
     )
     retained: list[tuple[str, Any]] = [("tool_call", c) for c in kept_calls.iterator(chunk_size=500)]
     retained += [("event", e) for e in kept_events.iterator(chunk_size=500)]
+    for source, model, agent_field, request_field in (
+        ("request", ConfirmationRequest, "agent_id", "pk"),
+        ("response", ApproverResponse, "confirmation__agent_id", "confirmation_id"),
+        ("grant", Grant, "agent_id", "confirmation_id"),
+    ):
+        link = LINKS[source]
+        kept = (
+            model.objects.filter(**{agent_field: agent_id})
+            .filter(Exists(old.filter(**{link: OuterRef("pk")})))
+            .exclude(Exists(newer.filter(**{link: OuterRef("pk")})))
+            .exclude(**{f"{request_field}__in": requests.values("pk")})
+        )
+        retained += [(source, row) for row in kept.iterator(chunk_size=500)]
     for source, row in retained:
         audit_append(agent_id=agent_id, action=AuditAction.RETAINED, row=row, source=source)
     result.entries_retained += len(retained)

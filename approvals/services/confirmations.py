@@ -22,15 +22,17 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Case, CharField, Q, Value, When
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.audit import REQUEST_SIGNED, RESPONSE_SIGNED, decision_mac, decision_verifies
 from approvals.arguments import checked_edit_value, edit_from_text, get_path, json_type, with_edits
 from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
     Agent,
     ApproverResponse,
+    AuditAction,
     CallbackReceipt,
     Channel,
     ConfirmationEvent,
@@ -53,6 +55,7 @@ from approvals.services.records import (
     response_add,
     row_insert,
 )
+from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
@@ -67,6 +70,10 @@ logger = logging.getLogger("approvals.confirmations")
 REMINDER_TEXT = "Reminder: this request is still waiting for your decision."
 EXPIRED_REASON = "no decision before the deadline"
 EDIT_NOT_ALLOWED = "This request's gate does not allow editing its arguments."
+UNVERIFIED_CLICK = (
+    "This request's record does not verify (it was changed outside the gateway), so nothing was changed; "
+    "its call is denied. Tell the gateway's operator (manage.py verify_audit)."
+)
 
 _TERMINAL_EVENT = {
     Status.APPROVED: EventKind.APPROVED,
@@ -176,7 +183,9 @@ def confirmation_create(
         answer_schema=answer_schema,
         default_answer=default_answer,
     )
+    confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
     row_insert(confirmation)  # (the ORM's save machinery costs more than the INSERT itself, on every request)
+    audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
     event_record(confirmation, EventKind.CREATED, actor=f"agent:{agent.name}", message=spec.reason)
     if lead_id is not None:
         event_record(
@@ -247,16 +256,12 @@ def confirmation_transition(
         fields = {"arg_edits": arg_edits, "approved_args": approved_args}
     if to_status == Status.ANSWERED:
         fields["answer"] = answer  # a question's answer, in the same UPDATE as the move
-    changed = qs.update(
-        status=to_status,
-        decided_by=decided_by,
-        decided_by_name=decided_by_name,
-        decided_at=now,
-        decision_reason=reason,
-        **fields,
-    )
+    decided = {"status": to_status, "decided_by": decided_by, "decided_at": now, "decision_reason": reason, **fields}
+    mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided)
+    changed = qs.update(decided_by_name=decided_by_name, decision_mac=mac, **decided)
     if not changed:
         return False
+    audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
     # An expiry decided here was asked for by a click on a request past its deadline (`_respond`).
     _count_decided([confirmation_id], to_status, now=now, expired_by="click" if to_status == Status.EXPIRED else "")
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
@@ -274,6 +279,30 @@ def confirmation_transition(
     if confirmation.callback_url:
         outbox_add(confirmation, OutboxKind.WEBHOOK, dedupe_key=f"{confirmation.pk}:webhook")
     return True
+
+
+def _approvals_counted(confirmation: ConfirmationRequest) -> int:
+    """The approvals a quorum counts: responses whose `decision_mac` verifies (one inserted or changed
+    behind the gateway's back counts for nothing)."""
+    rows = confirmation.responses.filter(decision="approve").values(*RESPONSE_SIGNED, "decision_mac")
+    return sum(1 for row in rows if decision_verifies(ApproverResponse, row))
+
+
+def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The `decision_mac` of a request (its row, or its id: read) after `changes`, and its signed fields as
+    they are: signed anew if its record verifies now, else left as it is — a request changed behind the
+    gateway's back stays unverifiable whatever happens to it next, so no decision of the gateway
+    launders it."""
+    if not isinstance(row, ConfirmationRequest):
+        read = ConfirmationRequest.objects.filter(pk=row).values(*REQUEST_SIGNED, "decision_mac").first()
+        values = dict(read) if read else {field: None for field in (*REQUEST_SIGNED, "decision_mac")}
+    else:
+        values = {field: getattr(row, field) for field in (*REQUEST_SIGNED, "decision_mac")}
+    if values["id"] is None:  # no such request: the conditional UPDATE will change nothing
+        return "", values
+    if not decision_verifies(ConfirmationRequest, values):
+        return values["decision_mac"], values
+    return decision_mac(ConfirmationRequest, {**values, **changes}), values
 
 
 def _count_decided(confirmation_ids: list[Any], outcome: str, *, now: dt.datetime, expired_by: str = "") -> None:
@@ -546,6 +575,8 @@ def _respond(
         refusal = selectors.approver_refusal(
             confirmation, channel_name=channel_name, actor=callback.actor, identity=actor
         )
+    if refusal is None and not decision_verifies(ConfirmationRequest, confirmation):
+        refusal = ("unverified", UNVERIFIED_CLICK)
     refused_data: dict[str, Any] = {}
     if refusal is None:
         refusal = _kind_refusal(confirmation, callback)
@@ -600,8 +631,10 @@ def _respond(
         reason=callback.reason,
         channel=channel_name,
     )
+    response.decision_mac = decision_mac(ApproverResponse, response)
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
+    audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
     if behalf:
         who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
         name_on_behalf = f"{name} on behalf of {behalf['name']}"
@@ -636,7 +669,7 @@ def _respond(
         )
         return outcome(True, "decided", "Rejected.")
     # (No count needed when one approval is the quorum: this is it.)
-    approvals = 1 if confirmation.approvals_required <= 1 else confirmation.responses.filter(decision="approve").count()
+    approvals = 1 if confirmation.approvals_required <= 1 else _approvals_counted(confirmation)
     if approvals >= confirmation.approvals_required:
         message, data = callback.reason, {}
         if edits:
@@ -920,18 +953,28 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         )
         if confirmation_ids is not None:
             due = due.filter(pk__in=confirmation_ids)
-        rows = list(due.order_by("expires_at").values_list("pk", "agent_id", "callback_url", "batch_lead_id")[:limit])
-        if not rows:
+        signed = list(due.order_by("expires_at").values(*REQUEST_SIGNED, "decision_mac", "callback_url", "batch_lead_id")[:limit])
+        if not signed:
             return []
+        rows = [(r["id"], r["agent_id"], r["callback_url"], r["batch_lead_id"]) for r in signed]
         ids = [pk for pk, _, _, _ in rows]
         callbacks = {pk: url for pk, _, url, _ in rows}
+        expired = {"status": Status.EXPIRED, "decided_by": SYSTEM_ACTOR, "decided_at": now, "decision_reason": EXPIRED_REASON}
+        macs = {
+            r["id"]: decision_mac(ConfirmationRequest, {**r, **expired})
+            if decision_verifies(ConfirmationRequest, r)
+            else r["decision_mac"]  # (as `_signed_anew`: what does not verify stays so)
+            for r in signed
+        }
         ConfirmationRequest.objects.filter(pk__in=ids).update(
-            status=Status.EXPIRED,
-            decided_by=SYSTEM_ACTOR,
             decided_by_name=SYSTEM_ACTOR,
-            decided_at=now,
-            decision_reason=EXPIRED_REASON,
+            decision_mac=Case(*[When(pk=pk, then=Value(mac)) for pk, mac in macs.items()], output_field=CharField()),
+            **expired,
         )
+        audit_append_many(
+            [(r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
+             for r in signed]
+        )  # fmt: skip
         _count_decided(ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter")
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)

@@ -14,13 +14,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import DateTimeField, F, Func, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import Agent, ConfirmationRequest, EventKind, Grant, GrantScope
+from approvals.audit import GRANT_SIGNED, decision_mac, decision_verifies
+from approvals.models import Agent, AuditAction, ConfirmationRequest, EventKind, Grant, GrantScope
+from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.records import event_record
 from channels_ext.base import actor_label
 from hooks.base import grant_label
@@ -46,7 +48,7 @@ def grant_create(
     """Record the scope an approval was given for (the caller holds the approving transaction)."""
     now = now or timezone.now()
     minutes = option.get("minutes") if option.get("scope") == GrantScope.MINUTES else None
-    grant = Grant.objects.create(
+    grant = Grant(
         agent_id=confirmation.agent_id,
         session_id=confirmation.session_id,
         user_id=confirmation.user_id,
@@ -61,6 +63,9 @@ def grant_create(
         channel=channel,
         confirmation=confirmation,
     )
+    grant.decision_mac = decision_mac(Grant, grant)
+    grant.save(force_insert=True)
+    audit_append(agent_id=grant.agent_id, action=AuditAction.RECORDED, row=grant)
     until = f" until {grant.expires_at:%Y-%m-%d %H:%M:%S} UTC" if grant.expires_at else ""
     event_record(
         confirmation,
@@ -120,25 +125,48 @@ def grant_use(
 
 
 def grant_revoke(*, grant_id: Any, actor: str) -> bool:
-    """Revoke a grant at once (one conditional UPDATE). False if it was already revoked."""
-    revoked = Grant.objects.filter(pk=grant_id, revoked_at__isnull=True).update(revoked_at=_clock(), revoked_by=actor)
-    if revoked:
-        grant = Grant.objects.get(pk=grant_id)
-        event_record(
-            grant.confirmation_id,
-            EventKind.GRANTED,
-            actor=actor,
-            message=f"grant {str(grant.pk)[:8]} ({grant.scope_label}) revoked after {grant.uses} use(s)",
-            data={"grant": str(grant.pk), "revoked": True},
-        )
+    """Revoke a grant at once (one conditional UPDATE, then its `decision_mac` signed anew in the same
+    transaction). False if it was already revoked."""
+    with transaction.atomic():
+        revoked = _revoked(Grant.objects.filter(pk=grant_id, revoked_at__isnull=True), actor=actor)
+        if revoked:
+            grant = Grant.objects.get(pk=grant_id)
+            event_record(
+                grant.confirmation_id,
+                EventKind.GRANTED,
+                actor=actor,
+                message=f"grant {str(grant.pk)[:8]} ({grant.scope_label}) revoked after {grant.uses} use(s)",
+                data={"grant": str(grant.pk), "revoked": True},
+            )
     return bool(revoked)
 
 
 def grants_end_session(*, agent: Agent, session_id: str) -> int:
     """A session ended: its grants end with it. How many were live."""
-    return Grant.objects.filter(agent=agent, session_id=session_id, revoked_at__isnull=True).update(
-        revoked_at=_clock(), revoked_by="gateway: the session ended"
-    )
+    with transaction.atomic():
+        return _revoked(
+            Grant.objects.filter(agent=agent, session_id=session_id, revoked_at__isnull=True),
+            actor="gateway: the session ended",
+        )
+
+
+def _revoked(grants: Any, *, actor: str) -> int:
+    """Revoke these grants (the caller holds the transaction): stamped by the database's clock, then each
+    one's `decision_mac` signed anew over its `revoked_at` — unless it did not verify before (it stays so)."""
+    ids = list(grants.values_list("pk", flat=True))
+    if not ids:
+        return 0
+    revoked = Grant.objects.filter(pk__in=ids, revoked_at__isnull=True)
+    count = revoked.update(revoked_at=_clock(), revoked_by=actor)
+    rows = list(Grant.objects.filter(pk__in=ids).select_for_update().values(*GRANT_SIGNED, "decision_mac"))
+    updates = []
+    for row in rows:
+        was = {**row, "revoked_at": None}
+        mac = decision_mac(Grant, row) if decision_verifies(Grant, was) else row["decision_mac"]
+        updates.append(Grant(pk=row["id"], decision_mac=mac))
+    Grant.objects.bulk_update(updates, ["decision_mac"])
+    audit_append_many([(row["agent_id"], AuditAction.RECORDED, Grant(**row)) for row in rows])
+    return count
 
 
 def grant_reason(grant: Grant) -> str:

@@ -236,6 +236,15 @@ def enqueue(task_name: str, *args: Any) -> None:
         logger.warning("could not queue %s%s (%s); the outbox relay will retry", task_name, args, exc)
 
 
+@functools.cache
+def _signed_columns() -> str:
+    """`'field', cr.column, …` for every field `decision_mac` signs of a request."""
+    from approvals.audit import REQUEST_SIGNED
+
+    columns = {f.attname: f.column for f in ConfirmationRequest._meta.concrete_fields}
+    return ", ".join(f"'{name}', cr.{connection.ops.quote_name(columns[name])}" for name in REQUEST_SIGNED)
+
+
 def _state_sql(ids: str = "%s") -> str:
     """SELECT id, payload for the requests whose ids are the one parameter (placeholder `ids`): each
     one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed."""
@@ -249,6 +258,8 @@ def _state_sql(ids: str = "%s") -> str:
         "'expires_at', cr.expires_at, 'arg_edits', cr.arg_edits, 'approved_args', cr.approved_args, "
         "'on_timeout', cr.on_timeout, 'approvals_required', cr.approvals_required, "
         "'kind', cr.kind, 'answer', cr.answer, 'default_answer', cr.default_answer, "
+        # what `decision_mac` signs, and the MAC: the waiter checks the state before answering on it
+        f"'signed', json_build_object({_signed_columns()}, 'decision_mac', cr.decision_mac), "
         "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
         f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
         f")::text AS payload FROM {requests} cr WHERE cr.id = ANY({ids}::uuid[])"

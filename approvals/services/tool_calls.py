@@ -32,14 +32,15 @@ from django.db.models import Exists
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.audit import chained_row_verifies
 from approvals.arguments import args_fingerprint, editable_paths, mask_record, masked_paths, replayed_args
 from approvals.caches import StaleCache, cache
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
 from approvals.services.audit import audit_deferred, audit_insert_linked
 from approvals.services.confirmations import confirmation_create
-from approvals.services.records import insert_statement
 from approvals.services.grants import grant_reason, grant_use
+from approvals.services.records import insert_statement
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
@@ -263,9 +264,13 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
             )
             where += f" AND {unchanged}"
             params.update(more)
-    sql, values = insert_statement(record, where=where)
     if not audit_insert_linked(
-        insert_sql=sql, params={**values, **params}, agent_id=record.agent_id, action=AuditAction.ASKED, row=record
+        row=record,
+        insert=lambda condition: insert_statement(record, where=condition),
+        where=where,
+        params=params,
+        agent_id=record.agent_id,
+        action=AuditAction.ASKED,
     ):
         raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
     record._state.adding = False
@@ -360,6 +365,14 @@ def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> P
             details={"tool_call": str(call.id)},
         )
     stored = call.response or {}
+    if not chained_row_verifies("tool_call", call) and not _verifies_afresh(call):
+        # The record the answer would come from was changed behind the gateway's back (docs/audit.md).
+        logger.error("tool call %s does not verify against its audit entry: its repeat ask is denied", call.pk)
+        return PreToolUseAnswer(
+            decision="deny", tool_args=tool_args, reason=selectors.UNVERIFIED_REASON,
+            side_effects=[IDEMPOTENT_REPLAY], hook_decisions=stored.get("hook_decisions", []),
+            confirmation_id=str(call.confirmation_id) if call.confirmation_id else None,
+        )  # fmt: skip
     args, lost = _replayed_args(call, stored, own_args=tool_args)
     window = dt.timedelta(seconds=settings.GATEWAY_IDEMPOTENT_SKIP_WINDOW_SECONDS)
     if call.outcome == "success" and call.completed_at and timezone.now() - call.completed_at <= window:
@@ -385,6 +398,12 @@ def _replay(call: ToolCall, *, fingerprint: str, tool_args: dict[str, Any]) -> P
             hook_decisions=stored.get("hook_decisions", []),
         )
     return selectors.unless_unrestorable(answer, lost)
+
+
+def _verifies_afresh(call: ToolCall) -> bool:
+    """The call read again and checked again: a completion may have committed between the two reads."""
+    call.refresh_from_db()
+    return chained_row_verifies("tool_call", call)
 
 
 def _replayed_args(

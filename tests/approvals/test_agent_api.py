@@ -11,7 +11,7 @@ import pytest
 
 from approvals.models import ConfirmationEvent, ConfirmationRequest, Outbox, ToolCall
 from tests.conftest import apply_config, decide, make_agent_client
-from tests.support import InThread, parked, wait_until
+from tests.support import InThread, parked, rewrite_request, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -162,7 +162,7 @@ def test_the_beat_sweep_expires_due_requests_and_wakes_waiters(agent):
     # Parked: the waiter has read the request (due in 30 min) and sleeps until woken, so it
     # will not expire the request itself; only the sweep can, and only its notification wakes it.
     wait_until(lambda: parked(confirmation_id), what="the agent to wait")
-    ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    rewrite_request(confirmation_id, expires_at=timezone.now() - timezone.timedelta(seconds=1))
 
     assert expire_due.apply().get() == 1
     body = waiting.result().json()

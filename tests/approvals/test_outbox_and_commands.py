@@ -15,7 +15,7 @@ from approvals.tasks import relay_outbox, run_timers
 from tests.conftest import apply_config, decide, make_agent_client
 from tests.hooks.policy_support import deliver_outbox
 
-from tests.support import wait_until
+from tests.support import rewrite_request, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,7 +109,7 @@ def test_a_warning_is_never_sent_after_the_deadline(live_gateway, fake_slack):
     deliver_outbox()  # both cards are posted
     now = timezone.now()
     # Beat ran late: the warning was due, and so was the deadline (not yet swept).
-    ConfirmationRequest.objects.filter(pk=late_timer).update(
+    rewrite_request(late_timer, 
         warn_at=now - dt.timedelta(seconds=30), expires_at=now - dt.timedelta(seconds=1)
     )
     ConfirmationRequest.objects.filter(pk=late_worker).update(warn_at=now - dt.timedelta(seconds=1))
@@ -119,7 +119,7 @@ def test_a_warning_is_never_sent_after_the_deadline(live_gateway, fake_slack):
     assert ConfirmationRequest.objects.get(pk=late_timer).status == "pending"  # the sweep's business, not the timer's
 
     # The worker comes to the other warning only after its deadline.
-    ConfirmationRequest.objects.filter(pk=late_worker).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    rewrite_request(late_worker, expires_at=timezone.now() - dt.timedelta(seconds=1))
     deliver_outbox()
 
     assert Outbox.objects.get(dedupe_key=f"{late_worker}:warn").status == "sent"  # done with, not retried

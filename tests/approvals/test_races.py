@@ -15,7 +15,7 @@ from approvals.errors import AlreadyDecided
 from approvals.models import Agent, ConfirmationEvent, ConfirmationRequest, Outbox
 from channels_ext.base import Callback
 from tests.conftest import apply_config
-from tests.support import wait_until
+from tests.support import rewrite_request, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +48,7 @@ def contenders(agent: Agent, confirmation_id: str):
 
     def expire():
         # make it due, then race the sweep and the waiter's own expiry against the clicks
-        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+        rewrite_request(confirmation_id, expires_at=timezone.now())
         services.confirmation_expire_due()
         services.confirmation_expire(confirmation_id=confirmation_id)
 

@@ -28,7 +28,7 @@ from approvals.models import (
 from channels_ext.base import Callback
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import apply_config
-from tests.support import wait_until
+from tests.support import rewrite_grant, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,7 +115,7 @@ def test_a_grant_covers_only_its_tool_arguments_session_and_time(bot):
     assert ask(bot, "oa__pay", {"amount": 2}).decision == "pending"  # other arguments
     assert ask(bot, "fs__write", {"path": "/tmp/x", "amount": 1}).decision == "pending"  # another tool
     assert ask(bot, "oa__pay", {"amount": 1}, session="s-2").decision == "pending"  # another session
-    Grant.objects.filter(pk=grant.pk).update(expires_at=grant.created_at)  # its 30 minutes are over
+    rewrite_grant(grant.pk, expires_at=grant.created_at)  # its 30 minutes are over
     assert ask(bot, "oa__pay", {"amount": 1}).decision == "pending"
     assert ToolCall.objects.filter(grant=grant).count() == 1
     assert Grant.objects.get().uses == 1
@@ -279,7 +279,7 @@ def test_a_grant_revoked_while_calls_use_it_allows_nothing_after_the_revocation(
     grant = Grant.objects.get()
 
     for _ in range(5):
-        Grant.objects.filter(pk=grant.pk).update(revoked_at=None, revoked_by="")
+        rewrite_grant(grant.pk, revoked_at=None, revoked_by="")
         run_together(
             lambda: ask(bot, "oa__pay", {"amount": 1}),
             lambda: ask(bot, "oa__pay", {"amount": 1}),

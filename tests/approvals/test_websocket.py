@@ -12,6 +12,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import AgentClient, apply_config, decide, make_agent_client
+from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,9 +184,7 @@ def test_a_decision_whose_notification_was_lost_still_reaches_the_socket(agent):
     with open_socket(agent, confirmation_id) as ws:
         assert receive(ws)["status"] == "pending"
         # Committed with no pg_notify, as if the notification had been lost.
-        ConfirmationRequest.objects.filter(pk=confirmation_id).update(
-            status="approved", decided_by="web:alice", decided_at=timezone.now()
-        )
+        rewrite_request(confirmation_id, status="approved", decided_by="web:alice", decided_at=timezone.now())
         decided = receive(ws, timeout=2 * settings.GATEWAY_WAIT_RECHECK_SECONDS + 2)
         code = close_code(ws)
 

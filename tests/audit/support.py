@@ -57,3 +57,15 @@ def verify_fails(*args: str) -> str:
     except CommandError as exc:
         return str(exc)
     raise AssertionError("verify_audit passed, but it should have named a problem")
+
+
+def verify_problems(*args: str) -> str:
+    """Everything `verify_audit` names (its stderr), when it exits non-zero."""
+    from io import StringIO
+
+    out, err = StringIO(), StringIO()
+    try:
+        call_command("verify_audit", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        return err.getvalue() + str(exc)
+    raise AssertionError("verify_audit passed, but it should have named a problem")

@@ -18,6 +18,7 @@ from approvals.services.audit import audit_deferred
 from approvals.models import Agent, AuditEntry, AuditHead, ConfirmationEvent, ConfirmationRequest, ToolCall
 from tests.audit.support import agents, some_history, verify, verify_fails
 from tests.conftest import apply_config
+from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -197,7 +198,12 @@ def test_requests_created_and_decided_in_parallel_on_one_agent_keep_one_chain(tr
     seqs = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("seq", flat=True))
     events = ConfirmationEvent.objects.filter(confirmation__agent=payer).count()
     assert seqs == list(range(1, len(seqs) + 1))
-    assert len(seqs) == ToolCall.objects.filter(agent=payer).count() + events == AuditHead.objects.get(agent=payer).seq
+    # each request is linked when created and when decided (`recorded`: its signed fields, docs/audit.md)
+    recorded = ConfirmationRequest.objects.filter(agent=payer).count() + ConfirmationRequest.objects.filter(
+        agent=payer, status="approved"
+    ).count()
+    assert AuditEntry.objects.filter(agent=payer, action="recorded").count() == recorded
+    assert len(seqs) == ToolCall.objects.filter(agent=payer).count() + events + recorded == AuditHead.objects.get(agent=payer).seq
     hashes = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("prev_hash", "entry_hash"))
     assert all(hashes[i][0] == hashes[i - 1][1] for i in range(1, len(hashes)))
     assert "audit verified" in verify()
@@ -239,7 +245,7 @@ def test_requests_expired_together_are_linked_into_each_agents_chain():
         services.tool_call_pre(agent=agent, session_id=f"x-{i}", tool_name="pay", tool_args={"i": i}).confirmation_id
         for i, agent in enumerate([second, first, second, first, second])
     ]
-    ConfirmationRequest.objects.filter(pk__in=asked).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    rewrite_request(list(asked), expires_at=timezone.now() - dt.timedelta(seconds=1))
 
     expired = services.confirmations_expire()  # one transaction, the events linked in bulk
 

@@ -26,7 +26,7 @@ from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRe
 from approvals.models import Person as DirectoryPerson
 from approvals.tasks import expire_due
 from tests.conftest import AgentClient
-from tests.support import wait_until
+from tests.support import rewrite_request, wait_until
 
 TOOL = "oa__purchase_pay"
 # A deny rule of the agent's own: the gate may ask about any payment, but none over 5000 runs.
@@ -343,7 +343,7 @@ class ChannelContract:
         agent = driver.deploy()
         confirmation_id = pending(agent)
         card = driver.card(confirmation_id)
-        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+        rewrite_request(confirmation_id, expires_at=timezone.now())
         assert expire_due.apply().get() == 1  # what beat runs every two seconds
         driver.expect_decided(card, status="expired", by=None)
         before = request_state(confirmation_id)
@@ -357,7 +357,7 @@ class ChannelContract:
         agent = driver.deploy()
         confirmation_id = pending(agent)
         card = driver.card(confirmation_id)
-        ConfirmationRequest.objects.filter(pk=confirmation_id).update(expires_at=timezone.now())
+        rewrite_request(confirmation_id, expires_at=timezone.now())
 
         told = driver.click(card, driver.approvers[0], "approve")
 

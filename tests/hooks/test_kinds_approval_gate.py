@@ -17,6 +17,7 @@ from approvals.models import ConfirmationEvent, ConfirmationRequest, Outbox, Too
 from approvals.tasks import expire_due, run_timers
 from tests.conftest import apply_config, decide, make_agent_client
 from tests.hooks.policy_support import apply_example, deliver_outbox
+from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +36,7 @@ def pay(agent, amount: int, **extra) -> dict:
 
 def make_due(confirmation_id: str, **fields: str) -> None:
     """Move a request's timers into the past (e.g. remind_at=..., escalate_at=...)."""
-    ConfirmationRequest.objects.filter(pk=confirmation_id).update(**{name: timezone.now() - PAST for name in fields})
+    rewrite_request(confirmation_id, **{name: timezone.now() - PAST for name in fields})
 
 
 def rows_of(confirmation_id: str, kind: str) -> list[Outbox]:
