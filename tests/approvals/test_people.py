@@ -39,7 +39,7 @@ from tests.channels_ext.slack.test_end_to_end import (
 )
 from tests.conftest import apply_config, make_agent_client
 from tests.fakes.slack_api import FakeSlack
-from tests.support import SignedIn, wait_until
+from tests.support import SignedIn, rewrite_request, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -358,7 +358,7 @@ def test_a_stand_in_whose_window_has_closed_is_refused(fake_slack, live_gateway,
     request = ConfirmationRequest.objects.get(pk=confirmation_id)
     snapshot = request.approver_people
     snapshot["stand_ins"][mallory.key]["until"] = (now - dt.timedelta(minutes=1)).isoformat()
-    ConfirmationRequest.objects.filter(pk=confirmation_id).update(approver_people=snapshot)
+    rewrite_request(confirmation_id, approver_people=snapshot)  # signed anew, as the gateway would
 
     click(live_gateway, fake_slack, card, MALLORY, "approve", note_to="mallory")
 
