@@ -101,6 +101,7 @@ class Gateway:
             "GATEWAY_CHANNEL_PREFIX": f"failover-{os.getpid()}",
             "GATEWAY_VAR_DIR": str(var_dir),
             "GATEWAY_PUBLIC_URL": self.url,
+            "GATEWAY_AUDIT_KEY": os.environ["GATEWAY_AUDIT_KEY"],  # the tests' key (production needs one: docs/audit.md)
             # Waiters are re-checked once an hour only: a wake-up within the test is a notification.
             "GATEWAY_WAIT_RECHECK_SECONDS": "3600",
             "GATEWAY_LOG_LEVEL": "WARNING",

@@ -33,6 +33,7 @@ def production_env(tmp_path: Path, **more: str) -> dict[str, str]:
         DATABASE_URL=os.environ["DATABASE_URL"],
         REDIS_URL=os.environ["REDIS_URL"],
         GATEWAY_SECRET_KEY=secrets.token_urlsafe(50),
+        GATEWAY_AUDIT_KEY="prod-1:" + secrets.token_urlsafe(48),  # required in production (approvals.E001)
         GATEWAY_PUBLIC_URL="https://gateway.example.com",
         GATEWAY_VAR_DIR=str(tmp_path),
     )
