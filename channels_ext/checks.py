@@ -41,7 +41,9 @@ def check_channel_configs(
         connection = connections[alias]
         if Channel._meta.db_table not in connection.introspection.table_names():
             continue  # not migrated yet: nothing is configured
-        for channel in Channel.objects.using(alias).order_by("name"):
+        # Only the columns every migration state has: `migrate` runs this before it adds newer ones
+        # (an upgrade from an earlier release), so reading the whole model would fail there.
+        for channel in Channel.objects.using(alias).only("pk", "name", "kind", "config").order_by("name"):
             messages.extend(_channel_problems(channel.name, channel.kind, channel.config, obj=channel))
     return messages
 
