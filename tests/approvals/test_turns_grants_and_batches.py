@@ -133,6 +133,7 @@ def test_a_gate_that_stops_offering_scopes_stops_honouring_its_grants(bot):
     assert ask(bot, "oa__pay", {"amount": 3}).decision == "pending"
     assert Grant.objects.get().uses == 1
     apply_config(CONFIG)  # offered again: the grant, still live, applies again
+    bot.refresh_from_db()  # (read afresh again, as above)
     assert ask(bot, "oa__pay", {"amount": 4}).decision == "allow"
 
 
