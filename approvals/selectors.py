@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -460,7 +460,11 @@ _PEOPLE_MEMO: contextvars.ContextVar[dict[tuple[str, str], Any] | None] = contex
 
 @contextlib.contextmanager
 def people_memo() -> Iterator[None]:
-    """Within this block `person_of` and `owner_of` answer each question once (one page's worth of reads)."""
+    """Within this block `person_of` and `owner_of` answer each question once (one page's worth of reads,
+    one click's). A block inside another shares the outer one's answers."""
+    if _PEOPLE_MEMO.get() is not None:
+        yield
+        return
     token = _PEOPLE_MEMO.set({})
     try:
         yield
@@ -493,13 +497,23 @@ def person_of(identity: str) -> str:
 
 def _person_of(identity: str) -> str:
     kind, _, native = identity.partition(":")
-    linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
+    linked_to = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True)
+    if kind in DJANGO_USER_KINDS and native:
+        # A signed-in user (the page, the admin): their row, their person and a link of this identity, in one read.
+        row = (
+            get_user_model()
+            .objects.filter(username=native)
+            .values_list("pk", "person__pk", Subquery(linked_to[:1]))
+            .first()
+        )
+        if row is not None:
+            user_pk, own_person, linked = row
+            if linked is not None:
+                return f"person:{linked}"
+            return f"person:{own_person}" if own_person is not None else f"user:{user_pk}"
+    linked = linked_to.first()
     if linked is not None:
         return f"person:{linked}"
-    if kind in DJANGO_USER_KINDS and native:
-        row = get_user_model().objects.filter(username=native).values_list("pk", "person__pk").first()
-        if row is not None:
-            return f"person:{row[1]}" if row[1] is not None else f"user:{row[0]}"
     if kind == "email" and native:
         found = Person.objects.filter(email__iexact=native).values_list("pk", flat=True).first()
         if found is not None:

@@ -238,14 +238,60 @@ def _lock_head(agent_id: int) -> tuple[int, str]:
     return head[0], head[1]
 
 
+# Several appends of one agent: the head advanced from (first seq - 1, first prev) to the last entry's
+# place — only if it is still there — and the entries (`{rows}`: one `(%s, …)` each) written only if it was.
+_APPEND_MANY_SQL = f"""
+WITH head AS (
+    UPDATE {_HEAD} SET seq = %s, hash = %s, prev_hash = %s
+    WHERE agent_id = %s AND seq = %s AND hash = %s
+    RETURNING 1
+)
+INSERT INTO {_ENTRY}
+    (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
+     entry_hash, key_id, created_at)
+SELECT v.* FROM head, (VALUES {{rows}}) AS v
+"""
+_ENTRY_ROW = "(%s::bigint, %s::bigint, %s::varchar, %s::uuid, %s::bigint, %s::uuid, %s::bigint, %s::uuid, " \
+    "%s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::timestamptz)"
+
+
+def _append_many_guessing(agent_id: int, links: list[dict[str, Any]]) -> bool:
+    """`links` of one agent appended after this process's guess of its head, in ONE statement (which
+    locks the head until the caller's COMMIT); False if there is no guess or the head moved (nothing written)."""
+    guess = _heads.get(agent_id)
+    if guess is None:
+        return False
+    seq, prev = guess
+    first_prev, params = prev, []
+    for link in links:
+        placed = _placed(link, seq + 1, prev)
+        params += [
+            agent_id, placed["seq"], placed["action"], placed["tool_call_id"], placed["event_id"],
+            placed["confirmation_id"], placed["response_id"], placed["grant_id"], placed["content"], prev,
+            placed["hash"], placed["key_id"], placed["now"],
+        ]  # fmt: skip
+        before, (seq, prev) = prev, (placed["seq"], placed["hash"])
+    sql = _APPEND_MANY_SQL.format(rows=", ".join([_ENTRY_ROW] * len(links)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [seq, prev, before, agent_id, guess[0], first_prev, *params])
+        if cursor.rowcount != len(links):
+            return False
+    _heads[agent_id] = (seq, prev)
+    _count_appended(links)
+    return True
+
+
 def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
-    """Append several links (in the caller's transaction): each agent's head locked in agent order (so two
-    bulk writers never wait on each other in a circle), the entries signed here one after another,
-    written in one INSERT, and the heads advanced."""
+    """Append several links (in the caller's transaction), agent by agent in agent order (so two bulk
+    writers never wait on each other in a circle), the entries signed here one after another: in one
+    statement from this process's guess of the head when it is right, else with the head locked and
+    read, the entries written in one INSERT and the head advanced."""
     if not links:
         return
     entries, heads = [], {}
     for agent_id in sorted({agent_id for agent_id, _ in links}):
+        if _append_many_guessing(agent_id, [link for owner, link in links if owner == agent_id]):
+            continue
         seq, prev = _lock_head(agent_id)
         for owner, link in links:
             if owner != agent_id:
@@ -260,8 +306,10 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
             )  # fmt: skip
             seq, prev = placed["seq"], placed["hash"]
         heads[agent_id] = (seq, prev, entries[-1].prev_hash)
+    if not entries:
+        return
     AuditEntry.objects.bulk_create(entries)
-    _count_appended(link for _, link in links)
+    _count_appended(link for owner, link in links if owner in heads)
     AuditHead.objects.bulk_update(
         [AuditHead(agent_id=a, seq=seq, hash=hash_, prev_hash=before) for a, (seq, hash_, before) in heads.items()],
         ["seq", "hash", "prev_hash"],

@@ -55,7 +55,7 @@ from approvals.services.records import (
     response_add,
     row_insert,
 )
-from approvals.services.audit import audit_append, audit_append_many
+from approvals.services.audit import audit_append, audit_append_many, audit_deferred
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
@@ -263,7 +263,13 @@ def confirmation_transition(
         return False
     audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
     # An expiry decided here was asked for by a click on a request past its deadline (`_respond`).
-    _count_decided([confirmation_id], to_status, now=now, expired_by="click" if to_status == Status.EXPIRED else "")
+    _count_decided(
+        [confirmation_id],
+        to_status,
+        now=now,
+        expired_by="click" if to_status == Status.EXPIRED else "",
+        known=[(locked.pk, locked.channel.name, locked.created_at)] if locked is not None else None,
+    )
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
         confirmation,
@@ -305,12 +311,22 @@ def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tup
     return decision_mac(ConfirmationRequest, {**values, **changes}), values
 
 
-def _count_decided(confirmation_ids: list[Any], outcome: str, *, now: dt.datetime, expired_by: str = "") -> None:
+def _count_decided(
+    confirmation_ids: list[Any],
+    outcome: str,
+    *,
+    now: dt.datetime,
+    expired_by: str = "",
+    known: list[tuple[Any, str, dt.datetime]] | None = None,
+) -> None:
     """At commit (a rolled-back decision is no decision): how long each request waited for it, by channel
-    (`gateway_decision_seconds`), and the expiries. One read per decision, off the allowed path."""
-    waited = list(
-        ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
-    )
+    (`gateway_decision_seconds`), and the expiries. `known`: (id, channel name, created at) of each, as
+    the caller read them; else one read per decision, off the allowed path."""
+    waited = known
+    if waited is None:
+        waited = list(
+            ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
+        )
 
     def count() -> None:
         for pk, channel, created_at in waited:
@@ -367,7 +383,9 @@ def confirmation_respond(
             channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind, on_behalf=on_behalf
         )
     try:
-        with transaction.atomic():
+        # Who is whom is read once per click (the clicker's person, the call's owner: judged by the page's
+        # standing and again under the lock); the chain's entries are appended together, at the end.
+        with selectors.people_memo(), transaction.atomic(), audit_deferred():
             verdict = _respond(
                 channel_name=channel_name,
                 callback=callback,

@@ -240,17 +240,13 @@ def question_page(request: HttpRequest, confirmation: ConfirmationRequest) -> Ht
 @login_required(login_url=LOGIN_URL)
 @require_http_methods(["GET", "POST"])
 def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
-    question = (
-        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
-        .filter(pk=confirmation_id, kind=RequestKind.QUESTION)
-        .first()
-    )
-    if question is not None:
-        if not may_view(request.user, question):
+    confirmation = _get(confirmation_id)  # read once: what kind of page, whose team; decided on its locked read
+    if confirmation.kind == RequestKind.QUESTION:
+        if not may_view(request.user, confirmation):
             raise Http404("no such approval request")
-        return question_page(request, question)
+        return question_page(request, confirmation)
     form = DecisionForm(request.POST) if request.method == "POST" else DecisionForm()
-    if request.method == "POST" and not selectors.team_sees(request.user, _get(confirmation_id)):
+    if request.method == "POST" and not selectors.team_sees(request.user, confirmation):
         raise Http404("no such approval request")  # another team's: it does not exist for them, nothing recorded
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -286,7 +282,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             if not may_view(request.user, _get(confirmation_id)):
                 return redirect("approval-inbox")  # not back to a page they may not read
             return redirect("approval-page", confirmation_id=confirmation_id)
-    confirmation = _get(confirmation_id)
+        confirmation = _get(confirmation_id)  # as the refused edit left it
     viewer = viewer_for(request.user, confirmation)
     if not viewer.can_view:
         raise Http404("no such approval request")
