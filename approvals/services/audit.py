@@ -45,6 +45,7 @@ import contextvars
 import dataclasses
 import datetime as dt
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -106,20 +107,45 @@ FROM head
 
 # The head of each agent's chain as this process last wrote it: the guess an append starts from.
 _heads: dict[int, tuple[int, str]] = {}
-# Appends in autocommit (the allowed call's) of one agent take turns within a process, so the guess is
-# the head whenever no other process wrote in between (they would queue on the head row anyway).
-_turns: dict[int, threading.Lock] = {}
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    """One append in autocommit waiting for its agent's turn (`_append_one`)."""
+
+    link: dict[str, Any]
+    written: str
+    where: str
+    params: dict[str, Any] | None
+    done: bool = False
+    result: bool = False
+    error: BaseException | None = None
+
+
+class _Turn:
+    """The appends in autocommit of one agent within a process: they take turns (so the guess is the
+    head whenever no other process wrote in between — they would queue on the head row anyway), and
+    the thread whose turn it is writes every append queued by then in ONE statement (group commit):
+    the others find theirs done when their turn comes."""
+
+    def __init__(self) -> None:
+        self.turn = threading.Lock()
+        self.mutex = threading.Lock()
+        self.queued: list[_Job] = []
+
+
+_turns: dict[int, _Turn] = {}
 _turns_lock = threading.Lock()
+# Most appends one statement writes together (its parameters grow with each).
+GROUP_MAX = 32
 
 
-def _turn(agent_id: int) -> threading.Lock | contextlib.nullcontext:
-    if connection.in_atomic_block:  # held until COMMIT, which is the caller's: the head row orders these
-        return contextlib.nullcontext()
-    lock = _turns.get(agent_id)
-    if lock is None:
+def _turn_of(agent_id: int) -> _Turn:
+    turn = _turns.get(agent_id)
+    if turn is None:
         with _turns_lock:
-            lock = _turns.setdefault(agent_id, threading.Lock())
-    return lock
+            turn = _turns.setdefault(agent_id, _Turn())
+    return turn
 
 # The links queued by the innermost `audit_deferred` block of this context (None: none is open).
 _deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = contextvars.ContextVar(
@@ -189,9 +215,77 @@ def _append_one(link: dict[str, Any], *, written: str = "", where: str = "", par
     """Append one link (PostgreSQL), with the chained row's INSERT (`written`) if given; False if
     `where` held it back (nothing written). Starts from this process's guess of the head; a head that
     moved is read again (with no `where`), then locked (in a transaction) if it moved again."""
-    agent_id = link["agent"]
-    with _turn(agent_id):
+    if connection.in_atomic_block:  # the head row, held until the caller's COMMIT, orders these
         return _append_guessing(link, written=written, where=where, params=params)
+    job = _Job(link, written, where, params)
+    turn = _turn_of(link["agent"])
+    with turn.mutex:
+        turn.queued.append(job)
+    with turn.turn:
+        while not job.done:  # (not done: ours is among the appends queued by now, which this thread writes)
+            with turn.mutex:
+                group, turn.queued[:] = turn.queued[:GROUP_MAX], turn.queued[GROUP_MAX:]
+            _append_group(group)
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+def _append_group(group: list[_Job]) -> None:
+    """Write `group` (appends in autocommit of one agent, queued in this order): in one statement when
+    this process's guess of the head is right and every `where` holds, else one by one."""
+    try:
+        if len(group) > 1 and _append_group_guessing(group):
+            for job in group:
+                job.result = True
+            return
+        for job in group:
+            try:
+                job.result = _append_guessing(job.link, written=job.written, where=job.where, params=job.params)
+            except Exception as exc:  # it is that caller's error: raised in its own thread
+                job.error = exc
+    finally:
+        for job in group:
+            job.done = True
+
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def _append_group_guessing(group: list[_Job]) -> bool:
+    """The group's chained rows, their entries and the head's advance in ONE statement from this
+    process's guess of the head; False (nothing written) if there is no guess, the head moved, or a
+    `where` held its write back — which one, the appends made one by one then say."""
+    agent_id = group[0].link["agent"]
+    guess = _heads.get(agent_id)
+    if guess is None:
+        return False
+    seq, prev = guess
+    params: dict[str, Any] = {"h_agent": agent_id, "h_seq": seq, "h_prev": prev}
+    conditions, ctes, rows = [], [], []
+    for i, job in enumerate(group):
+        def mine(text: str, i: int = i) -> str:
+            return _PARAM.sub(lambda m: f"%(j{i}_{m.group(1)})s", text)
+
+        params.update({f"j{i}_{name}": value for name, value in (job.params or {}).items()})
+        if job.where:
+            conditions.append(f"({mine(job.where)})")
+        if job.written:
+            ctes.append(f", w{i} AS ({mine(job.written)})")
+        placed = _placed(job.link, seq + 1, prev)
+        params.update({f"e{i}_{name}": placed[name] for name in _ENTRY_VALUES})
+        params[f"e{i}_prev"] = prev
+        rows.append(_ENTRY_ROW.format(i=i))
+        before, (seq, prev) = prev, (placed["seq"], placed["hash"])
+    params.update({"h_to_seq": seq, "h_to_hash": prev, "h_to_prev": before})
+    sql = _APPEND_GROUP_SQL.format(where=" AND ".join(conditions) or "true", written="".join(ctes), rows=", ".join(rows))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount != len(group):
+            return False
+    _heads[agent_id] = (seq, prev)
+    _count_appended(job.link for job in group)
+    return True
 
 
 def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: dict[str, Any] | None) -> bool:
@@ -238,47 +332,33 @@ def _lock_head(agent_id: int) -> tuple[int, str]:
     return head[0], head[1]
 
 
-# Several appends of one agent: the head advanced from (first seq - 1, first prev) to the last entry's
-# place — only if it is still there — and the entries (`{rows}`: one `(%s, …)` each) written only if it was.
-_APPEND_MANY_SQL = f"""
+# Several appends of one agent: the head advanced from its guess (`h_seq`, `h_prev`) to the last entry's
+# place — only if it is still there and every `{where}` holds — the chained rows written (`{written}`: CTEs
+# whose INSERTs are conditioned on `head`) and the entries (`{rows}`: one `_ENTRY_ROW` each) only if it was.
+_APPEND_GROUP_SQL = f"""
 WITH head AS (
-    UPDATE {_HEAD} SET seq = %s, hash = %s, prev_hash = %s
-    WHERE agent_id = %s AND seq = %s AND hash = %s
+    UPDATE {_HEAD} SET seq = %(h_to_seq)s, hash = %(h_to_hash)s, prev_hash = %(h_to_prev)s
+    WHERE agent_id = %(h_agent)s AND seq = %(h_seq)s AND hash = %(h_prev)s AND ({{where}})
     RETURNING 1
-)
+){{written}}
 INSERT INTO {_ENTRY}
     (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
      entry_hash, key_id, created_at)
 SELECT v.* FROM head, (VALUES {{rows}}) AS v
 """
-_ENTRY_ROW = "(%s::bigint, %s::bigint, %s::varchar, %s::uuid, %s::bigint, %s::uuid, %s::bigint, %s::uuid, " \
-    "%s::varchar, %s::varchar, %s::varchar, %s::varchar, %s::timestamptz)"
+_ENTRY_VALUES = ("agent", "seq", "action", *LINKS.values(), "content", "hash", "key_id", "now")
+_ENTRY_ROW = (
+    "(%(e{i}_agent)s::bigint, %(e{i}_seq)s::bigint, %(e{i}_action)s::varchar, %(e{i}_tool_call_id)s::uuid, "
+    "%(e{i}_event_id)s::bigint, %(e{i}_confirmation_id)s::uuid, %(e{i}_response_id)s::bigint, "
+    "%(e{i}_grant_id)s::uuid, %(e{i}_content)s::varchar, %(e{i}_prev)s::varchar, %(e{i}_hash)s::varchar, "
+    "%(e{i}_key_id)s::varchar, %(e{i}_now)s::timestamptz)"
+)
 
 
 def _append_many_guessing(agent_id: int, links: list[dict[str, Any]]) -> bool:
     """`links` of one agent appended after this process's guess of its head, in ONE statement (which
     locks the head until the caller's COMMIT); False if there is no guess or the head moved (nothing written)."""
-    guess = _heads.get(agent_id)
-    if guess is None:
-        return False
-    seq, prev = guess
-    first_prev, params = prev, []
-    for link in links:
-        placed = _placed(link, seq + 1, prev)
-        params += [
-            agent_id, placed["seq"], placed["action"], placed["tool_call_id"], placed["event_id"],
-            placed["confirmation_id"], placed["response_id"], placed["grant_id"], placed["content"], prev,
-            placed["hash"], placed["key_id"], placed["now"],
-        ]  # fmt: skip
-        before, (seq, prev) = prev, (placed["seq"], placed["hash"])
-    sql = _APPEND_MANY_SQL.format(rows=", ".join([_ENTRY_ROW] * len(links)))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [seq, prev, before, agent_id, guess[0], first_prev, *params])
-        if cursor.rowcount != len(links):
-            return False
-    _heads[agent_id] = (seq, prev)
-    _count_appended(links)
-    return True
+    return _append_group_guessing([_Job(link, "", "", None) for link in links])
 
 
 def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:

@@ -160,11 +160,32 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
                 adapter.notify_approvers(card, ref, row.payload.get("text", "Reminder: this request is waiting for you."))
             else:
                 adapter.update_card(card, ref)
+                _update_until_current(adapter, card_row, card, ref)
         return None, None
     if row.kind == OutboxKind.WEBHOOK:
         send_decision_webhook(confirmation)
         return None, None
     raise ValueError(f"unknown outbox kind {row.kind!r}")
+
+
+# Most times one delivery sends a card again because its request changed while it was sending.
+CURRENT_TRIES = 3
+
+
+def _update_until_current(adapter: Any, card_row: Outbox, sent: Any, ref: MessageRef) -> None:
+    """Two redraws of one card (two workers, each drawing the state when it starts) may land in either
+    order, so an older state could be the last one sent — a decided request's card left with its
+    buttons. After sending, the card is drawn again from the rows as they are now and sent again while
+    it differs from what was sent: whichever delivery ends last, it leaves the card as the request is."""
+    for _ in range(CURRENT_TRIES):
+        now = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").get(
+            pk=card_row.confirmation_id
+        )
+        card = selectors.card_view(now, channel_name=card_row.channel.name)
+        if card == sent:
+            return
+        adapter.update_card(card, ref)
+        sent = card
 
 
 def _still_worth_a_ping(row: Outbox) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -272,4 +273,85 @@ def test_a_call_served_from_a_stale_cache_writes_neither_the_call_nor_an_entry()
     current = Agent.objects.get(pk=reader.pk).generation
     services.tool_call_pre(agent=reader, session_id="s", tool_name="ls", tool_args={}, served_under=current)
     assert AuditEntry.objects.filter(agent=reader, action="asked").count() == 1
+    assert "audit verified" in verify()
+
+
+def _queued_behind_the_turn(agent, calls: list[dict]) -> tuple[list[threading.Thread], list]:
+    """Each call's `tool_call_pre` in a thread of its own, all queued behind this agent's turn, which
+    the test holds (as a thread writing an append holds it); returns the threads and their outcomes."""
+    from approvals.services import audit as audit_service
+
+    turn = audit_service._turn_of(agent.pk)
+    outcomes: list = [None] * len(calls)
+
+    def call(n: int) -> None:
+        try:
+            outcomes[n] = services.tool_call_pre(agent=agent, **calls[n])
+        except BaseException as exc:  # noqa: BLE001 - checked by the test
+            outcomes[n] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(turn.queued) < len(calls):  # every append waits for the turn
+        assert time.monotonic() < deadline, f"{len(turn.queued)} of {len(calls)} appends queued"
+        time.sleep(0.005)
+    return threads, outcomes
+
+
+def test_appends_queued_behind_an_agents_turn_are_written_together_in_one_transaction():
+    """Group commit: the thread whose turn it is writes every append queued by then in one statement —
+    one transaction (one `xmin`) for all the calls and their entries — and the chain stays one."""
+    from approvals.services import audit as audit_service
+
+    payer, _ = agents()
+    services.tool_call_pre(agent=payer, session_id="warm", tool_name="ls", tool_args={})  # this process knows the head
+    turn = audit_service._turn_of(payer.pk)
+    with turn.turn:
+        threads, outcomes = _queued_behind_the_turn(
+            payer, [{"session_id": f"g-{n}", "tool_name": "ls", "tool_args": {"n": n}} for n in range(6)]
+        )
+    for thread in threads:
+        thread.join(10)
+
+    assert all(getattr(o, "decision", None) == "allow" for o in outcomes), outcomes
+    calls = ToolCall.objects.filter(agent=payer, session_id__startswith="g-")
+    assert calls.count() == 6
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(DISTINCT xmin::text) FROM approvals_toolcall WHERE agent_id = %s AND session_id LIKE 'g-%%'",
+            [payer.pk],
+        )
+        assert cursor.fetchone()[0] == 1  # written by one statement
+    seqs = list(AuditEntry.objects.filter(agent=payer).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, 8))
+    assert "audit verified" in verify()
+
+
+def test_a_queued_append_held_back_by_its_condition_leaves_the_others_of_its_group_written():
+    """One call of the group was served from a stale cache (its agent changed): the group's statement
+    writes nothing, each append is made on its own, and only the stale one is refused."""
+    from approvals.services import audit as audit_service
+
+    payer, _ = agents()
+    services.tool_call_pre(agent=payer, session_id="warm", tool_name="ls", tool_args={})
+    stale = Agent.objects.get(pk=payer.pk).generation
+    Agent.objects.filter(pk=payer.pk).update(generation=stale + 1)  # as a config change does
+    fresh = stale + 1
+    calls = [{"session_id": f"g-{n}", "tool_name": "ls", "tool_args": {"n": n}, "served_under": fresh} for n in range(4)]
+    calls[2]["served_under"] = stale
+    turn = audit_service._turn_of(payer.pk)
+    with turn.turn:
+        threads, outcomes = _queued_behind_the_turn(payer, calls)
+    for thread in threads:
+        thread.join(10)
+
+    assert isinstance(outcomes[2], StaleCache)
+    assert [getattr(o, "decision", None) for n, o in enumerate(outcomes) if n != 2] == ["allow"] * 3
+    assert sorted(ToolCall.objects.filter(agent=payer, session_id__startswith="g-").values_list("session_id", flat=True)) == [
+        "g-0", "g-1", "g-3"
+    ]
     assert "audit verified" in verify()

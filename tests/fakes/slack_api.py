@@ -81,6 +81,7 @@ class FakeSlack:
         self._thread: threading.Thread | None = None
         self.socket_mode: Any = None  # a FakeSocketMode answering apps.connections.open
         self.users_by_email: dict[str, str] = {}  # e-mail -> user id: the workspace's members (users.lookupByEmail)
+        self._holds: dict[str, deque[threading.Event]] = {}
 
     # --- lifecycle --------------------------------------------------------
 
@@ -151,6 +152,14 @@ class FakeSlack:
         with self._lock:
             queue = self._failures.setdefault(method, deque())
             queue.extend(dataclasses.replace(failure) for _ in range(times))
+
+    def hold_next(self, method: str) -> threading.Event:
+        """The next call to `method` is recorded at once but answered (and applied: a `chat.update`
+        changes the message) only once the returned event is set — a slow request that lands late."""
+        release = threading.Event()
+        with self._lock:
+            self._holds.setdefault(method, deque()).append(release)
+        return release
 
     def calls(self, method: str) -> list[RecordedRequest]:
         """The requests made to one Web API method (or `response_url`), oldest first."""
@@ -295,6 +304,11 @@ class _Handler(BaseHTTPRequestHandler):
             form=form,
         )
         failure = self.slack._record(request)
+        with self.slack._lock:
+            holds = self.slack._holds.get(request.api_method)
+            release = holds.popleft() if holds else None
+        if release is not None and not release.wait(30):
+            raise AssertionError(f"a held {request.api_method} was never released")
         if failure is not None:
             time.sleep(failure.delay)
             self._send(failure.status, failure.body, failure.headers)

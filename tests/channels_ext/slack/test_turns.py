@@ -237,3 +237,31 @@ def post_signed(
         **(more_headers or {}),
     }
     return httpx.post(f"{live_gateway.url}/channels/ops-slack/callback", content=body, headers=headers, timeout=WAIT)
+
+
+def test_a_redraw_of_an_older_state_landing_last_is_corrected_so_the_card_shows_the_turn_decided(
+    slack_agent, fake_slack, live_gateway
+):
+    """Two workers redraw one card: the first drew the turn with call 2 still pending, and its
+    chat.update is slow; the second drew the turn decided and lands first. When the slow one lands,
+    its delivery draws the card again, finds the request moved on, and sends the card as it is now."""
+    first = slack_agent.pre_tool_use(TOOL, {"amount": 1}, turn_id="t-1", user_id="u-42").json()
+    card = posted_card(fake_slack)
+    slack_agent.pre_tool_use(TOOL, {"amount": 2}, turn_id="t-1", user_id="u-42")
+    showing(fake_slack, card, "Approval needed: 2 of 2 calls of one turn")
+    wait_until(lambda: not Outbox.objects.filter(status="pending").exists(), what="the redraw to be delivered")
+    updates = len(fake_slack.calls("chat.update"))
+    slow = fake_slack.hold_next("chat.update")
+
+    assert press(live_gateway, fake_slack, card, ALICE, "item_1", "approve", "alice-1").status_code == 200
+    wait_until(lambda: len(fake_slack.calls("chat.update")) == updates + 1, what="the first redraw to be sent")
+    assert ConfirmationRequest.objects.get(pk=first["confirmation_id"]).status == "approved"
+    # Slack still shows the card with both calls pending: call 2 is approved from it.
+    assert press(live_gateway, fake_slack, card, ALICE, "item_2", "approve", "alice-2").status_code == 200
+    showing(fake_slack, card, "Calls of one turn")  # the second redraw landed first
+    slow.set()  # the first lands now, showing call 2 still pending
+
+    wait_until(lambda: len(fake_slack.calls("chat.update")) >= updates + 3, what="the card to be sent again")
+    final = showing(fake_slack, card, "Calls of one turn")
+    assert [b for b in final["blocks"] if b["type"] == "actions"] == []
+    assert "Approve all" not in str(final["blocks"])
