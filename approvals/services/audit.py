@@ -355,47 +355,18 @@ _ENTRY_ROW = (
 )
 
 
-def _append_many_guessing(agent_id: int, links: list[dict[str, Any]]) -> bool:
-    """`links` of one agent appended after this process's guess of its head, in ONE statement (which
-    locks the head until the caller's COMMIT); False if there is no guess or the head moved (nothing written)."""
-    return _append_group_guessing([_Job(link, "", "", None) for link in links])
-
-
 def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
     """Append several links (in the caller's transaction), agent by agent in agent order (so two bulk
-    writers never wait on each other in a circle), the entries signed here one after another: in one
-    statement from this process's guess of the head when it is right, else with the head locked and
-    read, the entries written in one INSERT and the head advanced."""
-    if not links:
-        return
-    entries, heads = [], {}
+    writers never wait on each other in a circle), each agent's entries signed here one after another
+    and written with the head's advance in one statement: from this process's guess of the head, or —
+    if the guess is stale (another transaction moved the head) — from the head read under its row lock."""
     for agent_id in sorted({agent_id for agent_id, _ in links}):
-        if _append_many_guessing(agent_id, [link for owner, link in links if owner == agent_id]):
+        group = [_Job(link, "", "", None) for owner, link in links if owner == agent_id]
+        if _append_group_guessing(group):
             continue
-        seq, prev = _lock_head(agent_id)
-        for owner, link in links:
-            if owner != agent_id:
-                continue
-            placed = _placed(link, seq + 1, prev)
-            entries.append(
-                AuditEntry(
-                    agent_id=agent_id, seq=placed["seq"], action=placed["action"], content_hash=placed["content"],
-                    prev_hash=prev, entry_hash=placed["hash"], key_id=placed["key_id"], created_at=placed["now"],
-                    **{link: placed[link] for link in LINKS.values()},
-                )
-            )  # fmt: skip
-            seq, prev = placed["seq"], placed["hash"]
-        heads[agent_id] = (seq, prev, entries[-1].prev_hash)
-    if not entries:
-        return
-    AuditEntry.objects.bulk_create(entries)
-    _count_appended(link for owner, link in links if owner in heads)
-    AuditHead.objects.bulk_update(
-        [AuditHead(agent_id=a, seq=seq, hash=hash_, prev_hash=before) for a, (seq, hash_, before) in heads.items()],
-        ["seq", "hash", "prev_hash"],
-    )
-    for agent_id, (seq, hash_, _) in heads.items():
-        _heads[agent_id] = (seq, hash_)
+        _heads[agent_id] = _lock_head(agent_id)  # (held until COMMIT: nobody moves it now)
+        if not _append_group_guessing(group):
+            raise RuntimeError(f"agent {agent_id}'s audit head moved while this transaction held it")
 
 
 def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:
