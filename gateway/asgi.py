@@ -22,11 +22,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from approvals.api.asgi import AgentApiMiddleware  # noqa: E402
 from approvals.api.mcp import McpEndpoint  # noqa: E402
+from gateway.pages import PagesRouter, SyncChainHandler  # noqa: E402
 from gateway.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": AgentApiMiddleware(McpEndpoint(django_asgi_app)),
+        "http": AgentApiMiddleware(McpEndpoint(PagesRouter(django_asgi_app, SyncChainHandler()))),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )
