@@ -20,3 +20,11 @@ def test_the_pages_chain_is_one_sync_call_and_the_rest_keeps_the_async_one():
     assert iscoroutinefunction(django._middleware_chain)  # (the Claude Code hook's async view is served here)
     assert "/approvals/" in SYNC_PAGE_PREFIXES
     assert not any(prefix.startswith(("/api/", "/admin/", "/channels/", "/mcp")) for prefix in SYNC_PAGE_PREFIXES)
+
+
+def test_the_served_app_freezes_what_it_loaded_so_the_collector_never_walks_it_again():
+    import gc
+
+    import gateway.asgi  # noqa: F401 - the app as uvicorn loads it
+
+    assert gc.get_freeze_count() > 50_000  # Django, the apps and the SDKs, out of every full collection
