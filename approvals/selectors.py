@@ -94,8 +94,13 @@ def of_teams(queryset: Any, user: Any, *, path: str) -> Any:
 
 def team_sees(user: Any, confirmation: ConfirmationRequest) -> bool:
     """Whether `confirmation` belongs to one of `user`'s teams (its agent's team). Outside them a request
-    does not exist for the user: its page is a 404 and no click of theirs on the web reaches it."""
-    return in_teams(user, confirmation.agent.team_id)
+    does not exist for the user: its page is a 404 and no click of theirs on the web reaches it.
+    A team everyone signed in belongs to (`everyone`, the default team's setting) needs no read of the
+    user's teams when the request was read with its agent's team."""
+    agent = confirmation.agent
+    if Agent.team.is_cached(agent) and agent.team.everyone:
+        return True
+    return in_teams(user, agent.team_id)
 
 logger = logging.getLogger("approvals.audit")
 

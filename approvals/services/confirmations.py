@@ -542,7 +542,7 @@ def _respond(
     # a click and the expiry sweep cannot interleave.
     confirmation = (
         ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("agent", "channel", "escalate_channel")
+        .select_related("agent__team", "channel", "escalate_channel")  # (the team: who may see it, `on_behalf`)
         .filter(pk=callback.confirmation_id)
         .first()
     )

@@ -39,7 +39,7 @@ class SignOutView(auth_views.LogoutView):
 
 def _get(confirmation_id) -> ConfirmationRequest:
     confirmation = (
-        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
+        ConfirmationRequest.objects.select_related("agent__team", "channel", "escalate_channel")
         .filter(pk=confirmation_id)
         .first()
     )
@@ -158,10 +158,29 @@ def _back(request: HttpRequest) -> HttpResponse:
     return redirect("approval-inbox")
 
 
+class _NotADecision(Exception):
+    """A click posted to a request that is another team's (it does not exist for this user) or a question
+    (its page takes answers): nothing is recorded, the transaction that read the row is rolled back."""
+
+    def __init__(self, *, question: bool) -> None:
+        super().__init__()
+        self.question = question
+
+
 def _standing(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
     """(the channel this user decides `confirmation` through here, whether as staff)."""
     viewer = viewer_for(user, confirmation)
     return viewer.channel_name, viewer.as_admin
+
+
+def _deciding(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
+    """`_standing` for an approval's click, judged on the row the service reads under its lock; raises
+    `_NotADecision` for a request this form does not decide (a question, another team's)."""
+    if confirmation.kind == RequestKind.QUESTION:
+        raise _NotADecision(question=True)
+    if not selectors.team_sees(user, confirmation):
+        raise _NotADecision(question=False)  # another team's: it does not exist for them, nothing recorded
+    return _standing(user, confirmation)
 
 
 def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[dict[str, str]]:
@@ -240,38 +259,39 @@ def question_page(request: HttpRequest, confirmation: ConfirmationRequest) -> Ht
 @login_required(login_url=LOGIN_URL)
 @require_http_methods(["GET", "POST"])
 def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
-    confirmation = _get(confirmation_id)  # read once: what kind of page, whose team; decided on its locked read
-    if confirmation.kind == RequestKind.QUESTION:
-        if not may_view(request.user, confirmation):
-            raise Http404("no such approval request")
-        return question_page(request, confirmation)
     form = DecisionForm(request.POST) if request.method == "POST" else DecisionForm()
-    if request.method == "POST" and not selectors.team_sees(request.user, confirmation):
-        raise Http404("no such approval request")  # another team's: it does not exist for them, nothing recorded
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         # Every click goes through the exactly-once service, which also refuses (and records)
         # a non-approver's forged POST, an edit the gate does not allow, and tells a second
-        # click who decided first. Through which channel this user decides (and whether as
-        # staff) depends on the request: judged on the row the service reads under its lock.
-        outcome = services.confirmation_respond(
-            callback=Callback(
-                confirmation_id=str(confirmation_id),
-                decision=data["decision"],
-                actor=request.user.get_username(),
-                reason=data["reason"],
-                typed_edits=data["typed_edits"] or None,
-                grant=data["grant"],
-                whole_turn=data["whole_turn"],
-                shown_ids=data["shown_ids"],
-            ),
-            actor_kind="web",  # recorded as web:<username>
-            with_card=False,  # the page reads the request itself
-            on_behalf=lambda confirmation: _standing(request.user, confirmation),
-        )
-        if outcome.code == "not_found":
+        # click who decided first. Whether this page decides the request at all (its team, its
+        # kind), through which channel this user decides and whether as staff: judged on the
+        # row the service reads under its lock — the request is read once.
+        try:
+            outcome = services.confirmation_respond(
+                callback=Callback(
+                    confirmation_id=str(confirmation_id),
+                    decision=data["decision"],
+                    actor=request.user.get_username(),
+                    reason=data["reason"],
+                    typed_edits=data["typed_edits"] or None,
+                    grant=data["grant"],
+                    whole_turn=data["whole_turn"],
+                    shown_ids=data["shown_ids"],
+                ),
+                actor_kind="web",  # recorded as web:<username>
+                with_card=False,  # the page reads the request itself
+                on_behalf=lambda confirmation: _deciding(request.user, confirmation),
+            )
+        except _NotADecision as not_here:
+            if not not_here.question:
+                raise Http404("no such approval request") from None
+            outcome = None  # a question: its own page answers the POST, below
+        if outcome is None:
+            pass
+        elif outcome.code == "not_found":
             raise Http404("no such approval request")
-        if outcome.code == "edit_refused":
+        elif outcome.code == "edit_refused":
             # Nothing was decided: the page again, what they typed kept beside why (a 400).
             form.add_error(None, outcome.message)
         elif outcome.applied:
@@ -282,7 +302,13 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             if not may_view(request.user, _get(confirmation_id)):
                 return redirect("approval-inbox")  # not back to a page they may not read
             return redirect("approval-page", confirmation_id=confirmation_id)
-        confirmation = _get(confirmation_id)  # as the refused edit left it
+    confirmation = _get(confirmation_id)  # the page: as it is now (after a refused edit, as that left it)
+    if confirmation.kind == RequestKind.QUESTION:
+        if not may_view(request.user, confirmation):
+            raise Http404("no such approval request")
+        return question_page(request, confirmation)
+    if request.method == "POST" and not selectors.team_sees(request.user, confirmation):
+        raise Http404("no such approval request")  # another team's (a POST the form refused): nothing recorded
     viewer = viewer_for(request.user, confirmation)
     if not viewer.can_view:
         raise Http404("no such approval request")

@@ -131,6 +131,20 @@ def test_a_choice_answered_on_the_web_page_wakes_the_waiting_agent(agent, people
     assert b"Answered" in alice.get(page(question_id)).content
 
 
+def test_an_approve_posted_to_a_questions_page_is_answered_by_its_form_and_decides_nothing(agent, people):
+    """The approval form's POST (decision=approve) sent to a question: the click is not taken as a
+    decision (the row read under the lock is a question; that transaction is rolled back), and the
+    question's own page answers it — an answer missing, refused with the form again, nothing recorded."""
+    question_id = ask(agent).json()["id"]
+    alice = signed_in("alice")
+
+    posted = alice.post(page(question_id), {"decision": "approve", "reason": ""})
+
+    assert posted.status_code == 400 and b"Which vendor should I order from?" in posted.content
+    assert ConfirmationRequest.objects.get(pk=question_id).status == "pending"
+    assert not ApproverResponse.objects.filter(confirmation_id=question_id).exists()
+
+
 def test_a_text_answer_and_its_length_limit(agent, people):
     note = {"type": "string", "maxLength": 12, "title": "Budget code"}
     question_id = ask(agent, schema=note).json()["id"]
