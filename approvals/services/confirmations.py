@@ -542,7 +542,8 @@ def _respond(
     # a click and the expiry sweep cannot interleave.
     confirmation = (
         ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("agent__team", "channel", "escalate_channel")  # (the team: who may see it, `on_behalf`)
+        # (the team: who may see it, `on_behalf`; the escalation channel is read only for an escalated request)
+        .select_related("agent__team", "channel")
         .filter(pk=callback.confirmation_id)
         .first()
     )
