@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count, Min, Q, Subquery
+from django.db.models import Count, Min, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -503,21 +503,12 @@ def person_of(identity: str) -> str:
 
 def _person_of(identity: str) -> str:
     kind, _, native = identity.partition(":")
-    linked_to = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True)
     if kind in DJANGO_USER_KINDS and native:
         # A signed-in user (the page, the admin): their row, their person and a link of this identity, in one read.
-        row = (
-            get_user_model()
-            .objects.filter(username=native)
-            .values_list("pk", "person__pk", Subquery(linked_to[:1]))
-            .first()
-        )
+        row = _django_user_row(native, identity=identity)
         if row is not None:
-            user_pk, own_person, linked = row
-            if linked is not None:
-                return f"person:{linked}"
-            return f"person:{own_person}" if own_person is not None else f"user:{user_pk}"
-    linked = linked_to.first()
+            return _user_person_key(row)
+    linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
     if linked is not None:
         return f"person:{linked}"
     if kind == "email" and native:
@@ -525,6 +516,32 @@ def _person_of(identity: str) -> str:
         if found is not None:
             return f"person:{found}"
     return identity
+
+
+def _django_user_row(username: str, *, identity: str) -> tuple[int, int | None, int | None] | None:
+    """(the user's id, their directory person's id, the person `identity` is linked to) for the Django user
+    `username`; None if there is no such user. One statement written out: every click on the page and
+    every self-approval check makes it, and composing it with the ORM cost more than running it."""
+    users = connection.ops.quote_name(get_user_model()._meta.db_table)
+    people = connection.ops.quote_name(Person._meta.db_table)
+    links = connection.ops.quote_name(PersonIdentity._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT u.id, p.id, (SELECT i.person_id FROM {links} i WHERE i.identity = %s LIMIT 1) "
+            f"FROM {users} u LEFT JOIN {people} p ON p.user_id = u.id WHERE u.username = %s",
+            [identity, username],
+        )
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def _user_person_key(row: tuple[int, int | None, int | None]) -> str:
+    """`person_of`'s key for a Django user's row (`_django_user_row`): the person their identity is linked
+    to, else their own person, else the user by id (so a renamed user stays one person)."""
+    user_pk, own_person, linked = row
+    if linked is not None:
+        return f"person:{linked}"
+    return f"person:{own_person}" if own_person is not None else f"user:{user_pk}"
 
 
 def person_name(person: str) -> str:
@@ -552,9 +569,12 @@ def _owner_of(user_id: str) -> str | None:
         return person_of(user_id)
     if "@" in user_id:
         return person_key_by_email(user_id)
-    if get_user_model().objects.filter(username=user_id).exists():
-        return person_of(f"web:{user_id}")
-    return None
+    # A Django username: the user's person, read with the user (and remembered as `person_of` would).
+    identity = f"web:{user_id}"
+    row = _django_user_row(user_id, identity=identity)
+    if row is None:
+        return None
+    return _remembered("person", identity, lambda: _user_person_key(row))
 
 
 def person_key_by_email(email: str) -> str | None:

@@ -26,6 +26,7 @@ from django.db.models import Case, CharField, Q, Value, When
 from django.utils import timezone
 
 from approvals import selectors
+from approvals.prepared import PreparedRead
 from approvals.audit import REQUEST_SIGNED, RESPONSE_SIGNED, decision_mac, decision_verifies
 from approvals.arguments import checked_edit_value, edit_from_text, get_path, json_type, with_edits
 from approvals.errors import AlreadyDecided, InvalidInput
@@ -535,18 +536,22 @@ class _Refused(Exception):
         self.data = data or {}  # more for the `refused_click` event
 
 
+# A click's read of its request under the row lock, with the agent, its team (who may see it: `on_behalf`)
+# and the channel (the escalation channel is read only for an escalated request): prepared once per
+# connection (approvals.prepared).
+_LOCKED_READ = PreparedRead(
+    lambda pk: ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
+    .select_related("agent__team", "channel")
+    .filter(pk=pk)
+)
+
+
 def _respond(
     *, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str, on_behalf: OnBehalf | None = None
 ) -> DecisionOutcome:
     # Row lock: responses to one request are counted one at a time (quorum), and
     # a click and the expiry sweep cannot interleave.
-    confirmation = (
-        ConfirmationRequest.objects.select_for_update(of=("self",), no_key=True)
-        # (the team: who may see it, `on_behalf`; the escalation channel is read only for an escalated request)
-        .select_related("agent__team", "channel")
-        .filter(pk=callback.confirmation_id)
-        .first()
-    )
+    confirmation = _LOCKED_READ.first(callback.confirmation_id)
     if confirmation is None:
         return DecisionOutcome(applied=False, code="not_found", message="This approval request no longer exists.", card=None)
     if on_behalf is not None:

@@ -1,0 +1,73 @@
+"""A click's locked read as a prepared statement (approvals/prepared.py): the same instance the ORM
+makes, its related rows attached, planned once per connection."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import ConfirmationRequest
+from approvals.services.confirmations import _LOCKED_READ
+from tests.conftest import apply_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIG = """
+channels:
+  - {name: web, kind: web}
+agents:
+  - name: purchasing-bot
+    hooks:
+      - {kind: approval_gate, name: finance-gate, tools: ["oa__*"], channel: web, approvers: [alice]}
+"""
+
+
+def a_pending_request() -> ConfirmationRequest:
+    from approvals import services
+    from approvals.models import Agent
+
+    apply_config(CONFIG)
+    agent = Agent.objects.get(name="purchasing-bot")
+    answer = services.tool_call_pre(
+        agent=agent, session_id="s", tool_name="oa__pay", tool_args={"amount": 12.5, "to": "ACME"}, user_id="u-1"
+    )
+    return ConfirmationRequest.objects.get(pk=answer.confirmation_id)
+
+
+def test_the_prepared_read_makes_the_instance_the_orm_makes_with_its_related_rows():
+    made = a_pending_request()
+    orm = ConfirmationRequest.objects.select_related("agent__team", "channel").get(pk=made.pk)
+
+    with transaction.atomic():
+        read = _LOCKED_READ.first(str(made.pk))
+        with CaptureQueriesContext(connection) as later:
+            agent, team, channel = read.agent, read.agent.team, read.channel  # attached: no query
+
+    assert len(later) == 0
+    fields = [f.attname for f in ConfirmationRequest._meta.concrete_fields]
+    assert {f: getattr(read, f) for f in fields} == {f: getattr(orm, f) for f in fields}
+    assert read.tool_args == {"amount": 12.5, "to": "ACME"} and read.created_at.tzinfo is not None
+    assert (agent.name, team.name, channel.name) == ("purchasing-bot", orm.agent.team.name, "web")
+    assert read._state.adding is False and read._state.db == "default"
+
+
+def test_the_read_is_planned_once_per_connection_and_a_missing_row_is_none():
+    made = a_pending_request()
+    with transaction.atomic():
+        for _ in range(3):
+            assert _LOCKED_READ.first(made.pk).pk == made.pk
+        assert _LOCKED_READ.first(uuid.uuid4()) is None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%FOR NO KEY UPDATE%"])
+            prepared = [row[0] for row in cursor.fetchall()]
+    assert len(prepared) == 1 and "approvals_confirmationrequest" in prepared[0]
+
+
+def test_the_read_is_recorded_where_django_records_its_statements():
+    made = a_pending_request()
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        _LOCKED_READ.first(made.pk)
+    assert len(captured) == 1 and str(made.pk) in captured[0]["sql"] and "FOR NO KEY UPDATE" in captured[0]["sql"]
