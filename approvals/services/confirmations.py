@@ -55,6 +55,7 @@ from approvals.services.records import (
     redraw_add,
     response_add,
     row_insert,
+    rows_update,
 )
 from approvals.services.audit import audit_append, audit_append_many, audit_deferred
 from approvals.services.grants import grant_create
@@ -249,9 +250,6 @@ def confirmation_transition(
     and the card-redraw / webhook outbox rows commit with the change or not at all.
     """
     now = timezone.now()
-    qs = ConfirmationRequest.objects.filter(pk=confirmation_id, status=Status.PENDING)
-    if extra_filter is not None:
-        qs = qs.filter(extra_filter)
     fields: dict[str, Any] = {}
     if arg_edits:
         fields = {"arg_edits": arg_edits, "approved_args": approved_args}
@@ -259,7 +257,19 @@ def confirmation_transition(
         fields["answer"] = answer  # a question's answer, in the same UPDATE as the move
     decided = {"status": to_status, "decided_by": decided_by, "decided_at": now, "decision_reason": reason, **fields}
     mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided)
-    changed = qs.update(decided_by_name=decided_by_name, decision_mac=mac, **decided)
+    if extra_filter is None:  # (a click's, an expiry's: one statement written out)
+        changed = rows_update(
+            ConfirmationRequest,
+            pk=confirmation_id,
+            values={"decided_by_name": decided_by_name, "decision_mac": mac, **decided},
+            only_if={"status": Status.PENDING},
+        )
+    else:
+        changed = (
+            ConfirmationRequest.objects.filter(pk=confirmation_id, status=Status.PENDING)
+            .filter(extra_filter)
+            .update(decided_by_name=decided_by_name, decision_mac=mac, **decided)
+        )
     if not changed:
         return False
     audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
