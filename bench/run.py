@@ -948,9 +948,9 @@ def fill_database(tool_calls: int, pending: int, *, agent_id: int, channel_id: i
                 FROM generate_series(1, %s) AS g
                 RETURNING id, created_at)
             INSERT INTO {entries} (agent_id, seq, action, tool_call_id, event_id, content_hash, prev_hash,
-                    entry_hash, created_at)
+                    entry_hash, key_id, created_at)
             SELECT %s, row_number() OVER (), 'asked', id, NULL, repeat('0', 64), repeat('0', 64), repeat('0', 64),
-                created_at FROM added""",
+                'growth', created_at FROM added""",
             [agent_id, tool_calls, GROWTH_CHAIN],
         )
         cursor.execute(
@@ -958,11 +958,12 @@ def fill_database(tool_calls: int, pending: int, *, agent_id: int, channel_id: i
                     metadata, channel_id, approvers, approvals_required, allow_self_approval, status, reason,
                     hook_name, config_version, decided_by, decision_reason, expires_at, on_timeout,
                     escalate_approvers, callback_url, created_at, arg_edits, args_fingerprint, decided_by_name,
-                    editable_paths, edit_types, grant_options, turn_id)
+                    editable_paths, edit_types, grant_options, turn_id, approver_people, escalate_approver_people,
+                    kind, decision_mac)
                 SELECT gen_random_uuid(), %s, 'grow', 'oa__pay', jsonb_build_object('n', g), '', '', '{{}}', %s,
                     '[]', 1, false, 'pending', '', 'pay-gate', 1, '', '',
                     now() + interval '1 hour' + make_interval(secs => mod(g, 3600)), 'deny', '[]', '', now(),
-                    '{{}}', '', '', '[]', '{{}}', '[]', ''
+                    '{{}}', '', '', '[]', '{{}}', '[]', '', '{{}}', '{{}}', 'confirmation', ''
                 FROM generate_series(1, %s) AS g""",
             [agent_id, channel_id, pending],
         )
