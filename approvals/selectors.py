@@ -639,11 +639,14 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
     everyone = {**{p.pk: p for p in linked}, **named}
     stand_ins: dict[str, dict[str, str]] = {}
     delegates: dict[int, Person] = {}
-    for row in (
+    open_stand_ins = (
         StandIn.objects.filter(person_id__in=list(everyone), starts_at__lte=now, ends_at__gt=now, delegate__active=True)
         .select_related("person", "delegate__user")
         .order_by("starts_at")
-    ):
+        if everyone
+        else ()  # nobody of the directory: no stand-in (and no query composed only to find that out)
+    )
+    for row in open_stand_ins:
         if row.delegate_id in everyone or row.delegate_id in delegates:
             continue  # an approver in their own right, or already standing in for someone
         delegates[row.delegate_id] = row.delegate
