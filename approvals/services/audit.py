@@ -50,7 +50,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -235,7 +235,11 @@ def _append_group(group: list[_Job]) -> None:
     """Write `group` (appends in autocommit of one agent, queued in this order): in one statement when
     this process's guess of the head is right and every `where` holds, else one by one."""
     try:
-        if len(group) > 1 and _append_group_guessing(group):
+        try:
+            together = len(group) > 1 and _append_group_guessing(group)
+        except DatabaseError:  # one of them is refused (a unique key taken): nothing was written; say whose
+            together = False
+        if together:
             for job in group:
                 job.result = True
             return

@@ -355,3 +355,23 @@ def test_a_queued_append_held_back_by_its_condition_leaves_the_others_of_its_gro
         "g-0", "g-1", "g-3"
     ]
     assert "audit verified" in verify()
+
+
+def test_two_asks_with_one_idempotency_key_queued_together_record_one_call_and_replay_it_to_the_other():
+    """A group whose statement is refused (the second call takes the idempotency key the first one
+    takes) writes nothing; made one by one, the first is recorded and the second is answered from it."""
+    from approvals.services import audit as audit_service
+
+    payer, _ = agents()
+    services.tool_call_pre(agent=payer, session_id="warm", tool_name="ls", tool_args={})
+    same = {"session_id": "g", "tool_name": "ls", "tool_args": {"n": 1}, "idempotency_key": "once"}
+    turn = audit_service._turn_of(payer.pk)
+    with turn.turn:
+        threads, outcomes = _queued_behind_the_turn(payer, [dict(same), dict(same), {**same, "idempotency_key": "other"}])
+    for thread in threads:
+        thread.join(10)
+
+    assert [getattr(o, "decision", o) for o in outcomes] == ["allow", "allow", "allow"], outcomes
+    assert ToolCall.objects.filter(agent=payer, idempotency_key="once").count() == 1
+    assert ToolCall.objects.filter(agent=payer, idempotency_key="other").count() == 1
+    assert "audit verified" in verify()
