@@ -71,7 +71,8 @@ class PreparedRead:
             # prepare): on, but never by count — only what is asked for with `prepare=True`.
             raw.prepare_threshold = NEVER_BY_COUNT
         started = time.monotonic()
-        with psycopg.Cursor(raw) as cursor:
+        # (errors as Django raises them: django.db.OperationalError for a database gone away, and so on)
+        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
             cursor.execute(plan["sql"], [value], prepare=True)
             rows = cursor.fetchall()
         if connection.queries_logged:

@@ -71,3 +71,38 @@ def test_the_read_is_recorded_where_django_records_its_statements():
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         _LOCKED_READ.first(made.pk)
     assert len(captured) == 1 and str(made.pk) in captured[0]["sql"] and "FOR NO KEY UPDATE" in captured[0]["sql"]
+
+
+def test_a_database_error_in_the_read_is_djangos_own():
+    """The read's errors are Django's (what the 503-while-the-database-is-down answer catches): here its
+    row lock waits past `lock_timeout` behind another transaction."""
+    import threading
+
+    from django.db import DatabaseError, connections
+
+    made = a_pending_request()
+    with pytest.raises(DatabaseError), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = 1")
+        locked, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            other = connections.create_connection("default")
+            try:
+                with other.cursor() as cursor:
+                    cursor.execute("BEGIN")
+                    cursor.execute("SELECT 1 FROM approvals_confirmationrequest WHERE id = %s FOR UPDATE", [made.pk])
+                    locked.set()
+                    release.wait(10)
+                    cursor.execute("ROLLBACK")
+            finally:
+                other.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert locked.wait(10)
+            _LOCKED_READ.first(made.pk)
+        finally:
+            release.set()
+            holder.join(10)
