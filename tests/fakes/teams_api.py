@@ -14,6 +14,7 @@ whose public half the JWKS serves (or, to forge, with another).
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import datetime as dt
 import ipaddress
@@ -71,13 +72,26 @@ class FakeActivity:
     conversation_id: str
     activity: dict[str, Any]
     updates: int = 0
+    first: dict[str, Any] = dataclasses.field(default_factory=dict)  # as posted, before any update
+
+    def __post_init__(self) -> None:
+        self.first = self.first or copy.deepcopy(self.activity)
 
     @property
     def card(self) -> dict[str, Any]:
         """The Adaptive Card the message shows."""
-        (attachment,) = self.activity["attachments"]
-        assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
-        return attachment["content"]
+        return _adaptive_card(self.activity)
+
+    @property
+    def posted_card(self) -> dict[str, Any]:
+        """The Adaptive Card as it was posted (a person may press its buttons after it was updated)."""
+        return _adaptive_card(self.first)
+
+
+def _adaptive_card(activity: dict[str, Any]) -> dict[str, Any]:
+    (attachment,) = activity["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    return attachment["content"]
 
 
 def _rsa_key() -> rsa.RSAPrivateKey:

@@ -63,9 +63,10 @@ class TeamsDriver:
     def card(self, confirmation_id: str) -> TeamsCard:
         wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists(), what="the card to be posted")
         [activity] = self.fake.posted()
-        buttons = {button["verb"]: button for button in executes(activity.card)}
+        # (its buttons as posted: the card may have been redrawn already, a request that expired at once)
+        buttons = {button["verb"]: button for button in executes(activity.posted_card)}
         assert unsign_confirmation_id(buttons["approve"]["data"]["confirmation_id"]) == confirmation_id
-        return TeamsCard(activity, buttons, inputs(activity.card))
+        return TeamsCard(activity, buttons, inputs(activity.posted_card))
 
     def _press(self, card: TeamsCard, person: Person, verb: str, data: dict[str, Any], activity_id: str | None = None):
         activity = invoke_activity(
