@@ -35,7 +35,8 @@ application = ProtocolTypeRouter(
 
 # Everything loaded so far (Django, the apps, the vendor SDKs: ~190,000 objects) lives as long as the
 # process. Frozen, the collector never walks it again: a full collection took ~130 ms of the one core a
-# request was waiting on — the tail of an approver's click (docs/architecture.md, "Garbage collection").
+# request was waiting on — the tail of an approver's click (docs/architecture.md, "What a server process
+# does to stay fast").
 gc.collect()
 gc.freeze()
 
