@@ -86,11 +86,20 @@ class FakeMessage:
     msg_type: str
     content: str
     uuid: str | None = None
+    first: str = ""  # the content as sent, before any patch
+
+    def __post_init__(self) -> None:
+        self.first = self.first or self.content
 
     @property
     def card(self) -> dict[str, Any]:
         """The card JSON the message currently shows."""
         return json.loads(self.content)
+
+    @property
+    def sent_card(self) -> dict[str, Any]:
+        """The card JSON as sent (a person may press its buttons after it was patched)."""
+        return json.loads(self.first)
 
 
 class FakeFeishu:

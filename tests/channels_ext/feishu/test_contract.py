@@ -105,7 +105,8 @@ class FeishuDriver:
     def card(self, confirmation_id: str) -> FeishuCard:
         wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists(), what="the card to be sent")
         [message] = self.fake.sent_messages()
-        card = FeishuCard(message, by_name(message.card, "button"), by_name(message.card, "input"))
+        # (its buttons as sent: the card may have been redrawn already, a request that expired at once)
+        card = FeishuCard(message, by_name(message.sent_card, "button"), by_name(message.sent_card, "input"))
         assert unsign_confirmation_id(card.value("approve")["confirmation_id"]) == confirmation_id
         return card
 
