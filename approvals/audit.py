@@ -142,15 +142,6 @@ def decision_verifies(model: type, row: Any, mac: str | None = None) -> bool:
     return key is not None and hmac.compare_digest(signature, _mac(key, _signed_text(model, row)))
 
 
-def mac_after(model: type, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    """The `decision_mac` a decision row gets when a service changes it from `before` to `after` (its
-    signed fields, and `before`'s `decision_mac`): signed anew if `before` verifies, else `before`'s kept —
-    a row changed behind the gateway's back stays unverifiable whatever happens to it next."""
-    if not decision_verifies(model, before):
-        return before["decision_mac"]
-    return decision_mac(model, after)
-
-
 def _signed_text(model: type, row: Any) -> str:
     fields = SIGNED[model]
     if isinstance(row, Mapping):

@@ -87,6 +87,24 @@ logger = logging.getLogger("approvals.audit")
 PURGE_BATCH = 1000
 _HEAD = AuditHead._meta.db_table
 _ENTRY = AuditEntry._meta.db_table
+# One append: the head advanced from (seq - 1, prev) to (seq, hash) — only if it is still there, and only
+# if `{where}` holds — and the entry written only if it was. `{written}` is "" or the INSERT of the chained
+# row (its WHERE is `EXISTS (SELECT 1 FROM head)`), as a CTE of its own.
+_APPEND_SQL = f"""
+WITH head AS (
+    UPDATE {_HEAD} SET seq = %(seq)s, hash = %(hash)s, prev_hash = %(prev)s
+    WHERE agent_id = %(agent)s AND seq = %(seq)s - 1 AND hash = %(prev)s AND ({{where}})
+    RETURNING 1
+){{written}}
+INSERT INTO {_ENTRY}
+    (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
+     entry_hash, key_id, created_at)
+SELECT %(agent)s::bigint, %(seq)s::bigint, %(action)s::varchar, %(tool_call_id)s::uuid, %(event_id)s::bigint,
+       %(confirmation_id)s::uuid, %(response_id)s::bigint, %(grant_id)s::uuid,
+       %(content)s::varchar, %(prev)s::varchar, %(hash)s::varchar, %(key_id)s::varchar, %(now)s::timestamptz
+FROM head
+"""
+
 # The head of each agent's chain as this process last wrote it: the guess an append starts from.
 _heads: dict[int, tuple[int, str]] = {}
 
@@ -275,23 +293,36 @@ def _append_group_guessing(group: list[_Job]) -> bool:
 
 
 def _append_guessing(link: dict[str, Any], *, written: str, where: str, params: dict[str, Any] | None) -> bool:
-    """One append (`_APPEND_GROUP_SQL` for a group of one): from this process's guess of the head; if the
-    head moved, from the head read again (unless a `where` may be what held it back); then under the head's
-    row lock. False only if `where` held the write back (nothing written)."""
     agent_id = link["agent"]
-    alone = [_Job(link, written, where, params)]
-    if _append_group_guessing(alone):
-        return True
-    if not where:  # (with a `where`, whether the head moved or it held the write back, only the locked head can say)
+    cte = f", written AS ({written})" if written else ""
+    sql = _APPEND_SQL.format(where=where or "true", written=cte)
+    guess = _heads.get(agent_id)
+    for attempt in range(2):
+        if guess is not None:
+            placed = _placed(link, guess[0] + 1, guess[1])
+            with connection.cursor() as cursor:
+                cursor.execute(sql, {**(params or {}), **placed})
+                if cursor.rowcount == 1:
+                    _heads[agent_id] = (placed["seq"], placed["hash"])
+                    _count_appended([link])
+                    return True
+        if where:
+            break  # the head moved, or `where` held the write back: which one, only the locked head can say
         now = AuditHead.objects.filter(agent_id=agent_id).values_list("seq", "hash").first()
-        if now is not None:  # (None: the agent's first entry: its head is made below)
-            _heads[agent_id] = (now[0], now[1])
-            if _append_group_guessing(alone):
-                return True
+        if now is None:
+            break  # the agent's first entry: its head is made below
+        guess = (now[0], now[1])
     # The head keeps moving (or there is none yet): wait for it under its row lock.
     with transaction.atomic(savepoint=False):
-        _heads[agent_id] = _lock_head(agent_id)
-        return _append_group_guessing(alone)
+        seq, prev = _lock_head(agent_id)
+        placed = _placed(link, seq + 1, prev)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {**(params or {}), **placed})
+            if cursor.rowcount != 1:
+                return False
+            _count_appended([link])
+    _heads[agent_id] = (placed["seq"], placed["hash"])
+    return True
 
 
 def _lock_head(agent_id: int) -> tuple[int, str]:
@@ -305,7 +336,7 @@ def _lock_head(agent_id: int) -> tuple[int, str]:
     return head[0], head[1]
 
 
-# Appends of one agent (one, or a group): the head advanced from its guess (`h_seq`, `h_prev`) to the last entry's
+# Several appends of one agent: the head advanced from its guess (`h_seq`, `h_prev`) to the last entry's
 # place — only if it is still there and every `{where}` holds — the chained rows written (`{written}`: CTEs
 # whose INSERTs are conditioned on `head`) and the entries (`{rows}`: one `_ENTRY_ROW` each) only if it was.
 _APPEND_GROUP_SQL = f"""

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.prepared import PreparedRead
-from approvals.audit import REQUEST_SIGNED, RESPONSE_SIGNED, decision_mac, decision_verifies, mac_after
+from approvals.audit import REQUEST_SIGNED, RESPONSE_SIGNED, decision_mac, decision_verifies
 from approvals.arguments import checked_edit_value, edit_from_text, get_path, json_type, with_edits
 from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
@@ -317,7 +317,9 @@ def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tup
         values = {field: getattr(row, field) for field in (*REQUEST_SIGNED, "decision_mac")}
     if values["id"] is None:  # no such request: the conditional UPDATE will change nothing
         return "", values
-    return mac_after(ConfirmationRequest, values, {**values, **changes}), values
+    if not decision_verifies(ConfirmationRequest, values):
+        return values["decision_mac"], values
+    return decision_mac(ConfirmationRequest, {**values, **changes}), values
 
 
 def _count_decided(
@@ -992,7 +994,12 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         ids = [pk for pk, _, _, _ in rows]
         callbacks = {pk: url for pk, _, url, _ in rows}
         expired = {"status": Status.EXPIRED, "decided_by": SYSTEM_ACTOR, "decided_at": now, "decision_reason": EXPIRED_REASON}
-        macs = {r["id"]: mac_after(ConfirmationRequest, r, {**r, **expired}) for r in signed}
+        macs = {
+            r["id"]: decision_mac(ConfirmationRequest, {**r, **expired})
+            if decision_verifies(ConfirmationRequest, r)
+            else r["decision_mac"]  # (as `_signed_anew`: what does not verify stays so)
+            for r in signed
+        }
         ConfirmationRequest.objects.filter(pk__in=ids).update(
             decided_by_name=SYSTEM_ACTOR,
             decision_mac=Case(*[When(pk=pk, then=Value(mac)) for pk, mac in macs.items()], output_field=CharField()),

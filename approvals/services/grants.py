@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.audit import GRANT_SIGNED, decision_mac, mac_after
+from approvals.audit import GRANT_SIGNED, decision_mac, decision_verifies
 from approvals.models import Agent, AuditAction, ConfirmationRequest, EventKind, Grant, GrantScope
 from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.records import event_record
@@ -161,7 +161,9 @@ def _revoked(grants: Any, *, actor: str) -> int:
     rows = list(Grant.objects.filter(pk__in=ids).select_for_update().values(*GRANT_SIGNED, "decision_mac"))
     updates = []
     for row in rows:
-        updates.append(Grant(pk=row["id"], decision_mac=mac_after(Grant, {**row, "revoked_at": None}, row)))
+        was = {**row, "revoked_at": None}
+        mac = decision_mac(Grant, row) if decision_verifies(Grant, was) else row["decision_mac"]
+        updates.append(Grant(pk=row["id"], decision_mac=mac))
     Grant.objects.bulk_update(updates, ["decision_mac"])
     audit_append_many([(row["agent_id"], AuditAction.RECORDED, Grant(**row)) for row in rows])
     return count
