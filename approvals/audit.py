@@ -25,11 +25,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import decimal
+import functools
 import hashlib
 import hmac
 import json
 import uuid
 from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring_ascii as _string  # (C) what json.dumps makes of a str
 from typing import Any
 
 from django.conf import settings
@@ -143,12 +145,24 @@ def decision_verifies(model: type, row: Any, mac: str | None = None) -> bool:
 
 
 def _signed_text(model: type, row: Any) -> str:
-    fields = SIGNED[model]
-    if isinstance(row, Mapping):
-        values = {f: row[f] for f in fields}
-    else:
-        values = {f: getattr(row, f) for f in fields}
-    return canonical({"signed": _SIGNED_NAME[model], **values})
+    """`canonical({"signed": <name>, <field>: <value>, …})` of a decision row's signed fields."""
+    return _record_text("signed", _SIGNED_NAME[model], SIGNED[model], row)
+
+
+def _record_text(label: str, name: str, fields: tuple[str, ...], row: Any) -> str:
+    """`canonical({label: name, **{field: row's value}})`, with the keys' order and text worked out once
+    per tuple of fields (every key is a plain field name)."""
+    get = row.__getitem__ if isinstance(row, Mapping) else functools.partial(getattr, row)
+    return "{" + ",".join([
+        prefix + (canonical(get(field)) if field is not None else _string(name))
+        for prefix, field in _record_keys(label, fields)
+    ]) + "}"  # fmt: skip
+
+
+@functools.cache
+def _record_keys(label: str, fields: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """(`"key":`, the field it holds — None for `label`), in canonical (sorted) order."""
+    return tuple((_string(key) + ":", key if key in fields else None) for key in sorted({label, *fields}))
 
 
 # --------------------------------------------------------------------------- canonical content and hashes
@@ -157,7 +171,17 @@ def _signed_text(model: type, row: Any) -> str:
 def canonical(value: Any) -> str:
     """`value` as one canonical JSON text: keys sorted, no spaces, ASCII, and numbers as
     normalised decimals — so a row hashes the same before it is stored and after
-    PostgreSQL's jsonb has rewritten its numbers (`1e20` comes back as `100000000000000000000`)."""
+    PostgreSQL's jsonb has rewritten its numbers (`1e20` comes back as `100000000000000000000`).
+
+    Every chained row and every decision row is hashed through here — several times per request
+    created, decided or expired, and once per waiter woken — so the common types are dispatched by
+    exact type first (`_EXACT`); anything else (a `str` or `int` subclass, a tuple, a Decimal) takes
+    `_canonical_other`. Both give the same text for the same value."""
+    write = _EXACT.get(type(value))
+    return write(value) if write is not None else _canonical_other(value)
+
+
+def _canonical_other(value: Any) -> str:
     if value is None:
         return "null"
     if value is True:
@@ -167,17 +191,47 @@ def canonical(value: Any) -> str:
     if isinstance(value, (int, float, decimal.Decimal)):
         return _number(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _string(value)
     if isinstance(value, dt.datetime):
-        return json.dumps(value.astimezone(dt.timezone.utc).isoformat(timespec="microseconds"))
+        return _moment(value)
     if isinstance(value, uuid.UUID):
-        return json.dumps(str(value))
+        return f'"{value}"'
     if isinstance(value, Mapping):
-        items = sorted((_key(k), v) for k, v in value.items())
-        return "{" + ",".join(json.dumps(k) + ":" + canonical(v) for k, v in items) + "}"
+        return _mapping(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(canonical(v) for v in value) + "]"
+        return "[" + ",".join([canonical(v) for v in value]) + "]"
     raise TypeError(f"cannot hash a {type(value).__name__}")
+
+
+def _mapping(value: Mapping[Any, Any]) -> str:
+    keys = list(value)
+    if all(type(k) is str for k in keys):  # (the common case: distinct text keys sort as themselves)
+        keys.sort()
+        return "{" + ",".join([_string(k) + ":" + canonical(value[k]) for k in keys]) + "}"
+    items = sorted((_key(k), v) for k, v in value.items())
+    return "{" + ",".join([_string(k) + ":" + canonical(v) for k, v in items]) + "}"
+
+
+def _int(value: int) -> str:
+    if value % 10:  # no trailing zero: normalising changes nothing (`_number` keeps every digit)
+        return str(value)
+    return _number(value)
+
+
+def _moment(value: dt.datetime) -> str:
+    return '"' + value.astimezone(dt.timezone.utc).isoformat(timespec="microseconds") + '"'
+
+
+_EXACT: dict[type, Callable[[Any], str]] = {
+    str: _string,
+    dict: _mapping,
+    list: lambda value: "[" + ",".join([canonical(v) for v in value]) + "]",
+    type(None): lambda value: "null",
+    bool: lambda value: "true" if value else "false",
+    int: _int,
+    dt.datetime: _moment,
+    uuid.UUID: lambda value: f'"{value}"',
+}
 
 
 def _key(key: Any) -> str:
@@ -210,7 +264,7 @@ def content_of(source: str, row: Any) -> dict[str, Any]:
 
 def content_hash(source: str, row: Any) -> str:
     """SHA-256 of what a chained row says now."""
-    text = canonical({"source": source, **content_of(source, row)})
+    text = _record_text("source", source, SOURCES[source], row)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

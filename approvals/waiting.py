@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import functools
 import heapq
+import itertools
 import logging
 import math
 import time
@@ -40,7 +41,9 @@ from django.db import connection
 
 from approvals import selectors, services
 from approvals.errors import InvalidInput
-from approvals.models import ConfirmationRequest, Status
+from approvals.caches import cache
+from approvals.models import ApiKey, ConfirmationRequest, Status
+from approvals.services.records import ids_in
 from approvals.types import ConfirmationState
 from gateway import metrics, tracing
 from gateway.realtime import waiters
@@ -62,17 +65,20 @@ _db_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphor
 R = TypeVar("R")
 
 
-@functools.cache
-def db_call(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
-    """`fn`, a short ORM read or write, run off the event loop; the connection is given back at once."""
-
+def _closing(fn: Callable[..., R]) -> Callable[..., R]:
     def call(*args: Any, **kwargs: Any) -> R:
         try:
             return fn(*args, **kwargs)
         finally:
             connection.close()  # with the psycopg pool: back to the pool
 
-    run = sync_to_async(call, thread_sensitive=False, executor=_db_executor)
+    return call
+
+
+@functools.cache
+def db_call(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
+    """`fn`, a short ORM read or write, run off the event loop; the connection is given back at once."""
+    run = sync_to_async(_closing(fn), thread_sensitive=False, executor=_db_executor)
 
     async def bounded(*args: Any, **kwargs: Any) -> R:
         loop = asyncio.get_running_loop()
@@ -102,13 +108,20 @@ def parse_timeout(raw: str | None) -> float:
 
 
 def _agent_id_for_key(raw_key: str) -> int | None:
-    key = selectors.api_key_lookup(raw_key=raw_key)
-    return key.agent_id if key else None
+    holder = selectors.key_holder(raw_key=raw_key)
+    return holder.agent_id if holder else None
 
 
 async def agent_id_for_key(raw_key: str) -> int | None:
-    """The id of the agent owning a live API key (an id, not a row: waiters keep it for their whole wait)."""
-    return await db_call(_agent_id_for_key)(raw_key) if raw_key else None
+    """The id of the agent owning a live API key (an id, not a row: waiters keep it for their whole wait).
+    From the process's key cache when it holds the key (as pre-tool-use is served: a key revoked or
+    disabled anywhere is dropped from it at once, `approvals.caches`), else read."""
+    if not raw_key:
+        return None
+    holder = cache.peek_key_holder(ApiKey.hash_key(raw_key))
+    if holder is not None:
+        return holder.agent_id
+    return await db_call(_agent_id_for_key)(raw_key)
 
 
 # --------------------------------------------------------------------------- the primitive
@@ -120,6 +133,70 @@ def read_state(confirmation_id: Any, agent_id: int, with_approvals: bool = False
     if row is None:
         return None
     return ConfirmationState.from_row(row, approved_by=selectors.approvals_so_far(row) if with_approvals else None)
+
+
+def read_states(wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ConfirmationState]:
+    """The states of several requests in one query, each only if it is the agent's it is asked for
+    (`wanted`: (request id, agent id) pairs, ids valid UUIDs)."""
+    rows = ConfirmationRequest.objects.filter(ids_in(ConfirmationRequest, list({pk for pk, _ in wanted})))
+    found = {(str(row.pk), row.agent_id): row for row in rows}
+    return {pair: ConfirmationState.from_row(found[pair]) for pair in wanted if pair in found}
+
+
+READ_BATCH = 500  # waiters' first reads made in one query
+
+
+class _FirstReads:
+    """The reads waiters make of their requests' states (first, and after a wake without a state),
+    coalesced: while one batch is being read, the reads asked for meanwhile queue, and go together in
+    the next — ONE query however many. Ten thousand agents arriving at once (a restart, a burst) are
+    twenty queries, not ten thousand; one agent alone is read at once. One per event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queued: dict[tuple[str, int], list[asyncio.Future[ConfirmationState | None]]] = {}
+        self.reading: asyncio.Task | None = None
+
+    async def read(self, confirmation_id: str, agent_id: int) -> ConfirmationState | None:
+        future: asyncio.Future[ConfirmationState | None] = self.loop.create_future()
+        self.queued.setdefault((confirmation_id, agent_id), []).append(future)
+        if self.reading is None or self.reading.done():
+            self.reading = self.loop.create_task(self._read_queued(), name="gateway-wait-reads")
+        return await future
+
+    async def _read_queued(self) -> None:
+        while self.queued:
+            pairs = list(itertools.islice(self.queued, READ_BATCH))
+            batch = {pair: self.queued.pop(pair) for pair in pairs}
+            try:
+                states = await db_call(read_states)(pairs)
+            except Exception as exc:  # each waiter gets the error, as its own read would have raised it
+                for futures in batch.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc)
+                continue
+            for pair, futures in batch.items():
+                for future in futures:
+                    if not future.done():  # (a waiter that stopped meanwhile)
+                        future.set_result(states.get(pair))
+
+
+_first_reads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _FirstReads] = weakref.WeakKeyDictionary()
+
+
+async def _read(confirmation_id: Any, agent_id: int, with_approvals: bool) -> ConfirmationState | None:
+    try:
+        key = str(uuid.UUID(str(confirmation_id)))
+    except ValueError:
+        key = ""
+    if with_approvals or not key:  # (who approved so far is a read of its own; a bad id, read_state's say)
+        return await db_call(read_state)(confirmation_id, agent_id, with_approvals)
+    loop = asyncio.get_running_loop()
+    reads = _first_reads.get(loop)
+    if reads is None:
+        reads = _first_reads[loop] = _FirstReads(loop)
+    return await reads.read(key, agent_id)
 
 
 async def confirmation_states(
@@ -160,7 +237,7 @@ async def confirmation_states(
             elif isinstance(told, ConfirmationState):
                 state = told
             else:
-                state = await db_call(read_state)(confirmation_id, agent_id, with_approvals)
+                state = await _read(confirmation_id, agent_id, with_approvals)
                 if state is None:
                     return
             told = None
@@ -235,6 +312,9 @@ def _resolve(future: asyncio.Future[Any]) -> None:
 EXPIRY_BATCH = 500  # requests expired in one transaction
 EXPIRY_CONCURRENCY = 2  # batches in flight at once: one commits while the next is written
 EXPIRY_RETRY_SECONDS = 0.25  # a due request another transaction held is tried again this soon
+# The expiry batches' own threads: a deadline is a promise, and never waits behind the waiters' reads
+# (10,000 agents arriving at once queue 10,000 first reads on `db_call`'s threads).
+_expiry_executor = ThreadPoolExecutor(max_workers=EXPIRY_CONCURRENCY, thread_name_prefix="gateway-expiry")
 
 
 class _ExpiryQueue:
@@ -285,19 +365,18 @@ class _ExpiryQueue:
 
     def _take_due(self) -> list[str]:
         now, due = time.time(), []
-        waited = set(waiters.registered_ids())
         while self._heap and self._heap[0][0] <= now and len(due) < EXPIRY_BATCH:
             when, confirmation_id = heapq.heappop(self._heap)
             if self._deadline_of.get(confirmation_id) != when:
                 continue  # rescheduled since
             del self._deadline_of[confirmation_id]
-            if confirmation_id in waited:  # nobody waits on it any more: the sweep's
+            if waiters.is_waited(confirmation_id):  # (else nobody waits on it any more: the sweep's)
                 due.append(confirmation_id)
         return due
 
     async def _expire(self, due: list[str]) -> None:
         try:
-            expired = set(await db_call(_expire_many)(due))
+            expired = set(await _expire_off_loop(due))
         except Exception:
             logger.warning("expiring %d requests failed; retrying", len(due), exc_info=True)
             expired = set()
@@ -316,6 +395,9 @@ def _expire_many(confirmation_ids: list[str]) -> list[str]:
     return services.confirmations_expire(confirmation_ids=confirmation_ids, limit=len(confirmation_ids))
 
 
+_expire_off_loop = sync_to_async(_closing(_expire_many), thread_sensitive=False, executor=_expiry_executor)
+
+
 _expiry_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ExpiryQueue] = weakref.WeakKeyDictionary()
 
 
@@ -332,7 +414,11 @@ def _expiries() -> _ExpiryQueue:
 
 def _settled_ids(ids: list[str]) -> list[str]:
     """Of these request ids, the ones no longer pending."""
-    rows = ConfirmationRequest.objects.filter(pk__in=ids).exclude(status=Status.PENDING).values_list("pk", flat=True)
+    rows = (
+        ConfirmationRequest.objects.filter(ids_in(ConfirmationRequest, ids))
+        .exclude(status=Status.PENDING)
+        .values_list("pk", flat=True)
+    )
     return [str(pk) for pk in rows]
 
 

@@ -144,6 +144,10 @@ class WaiterRegistry:
         """Every id with at least one waiter (for the batched re-check in approvals.waiting)."""
         return list(self._waiters)
 
+    def is_waited(self, confirmation_id: str) -> bool:
+        """Whether anyone waits on this id (`registered_ids` without copying every id)."""
+        return str(confirmation_id) in self._waiters
+
     @property
     def count(self) -> int:
         return sum(len(v) for v in self._waiters.values())

@@ -266,7 +266,8 @@ def _append_group_guessing(group: list[_Job]) -> bool:
         return False
     seq, prev = guess
     params: dict[str, Any] = {"h_agent": agent_id, "h_seq": seq, "h_prev": prev}
-    conditions, ctes, rows = [], [], []
+    entries: dict[str, list[Any]] = {f"e_{name}": [] for name in _ENTRY_VALUES}
+    conditions, ctes = [], []
     for i, job in enumerate(group):
         def mine(text: str, i: int = i) -> str:
             return _PARAM.sub(lambda m: f"%(j{i}_{m.group(1)})s", text)
@@ -277,12 +278,12 @@ def _append_group_guessing(group: list[_Job]) -> bool:
         if job.written:
             ctes.append(f", w{i} AS ({mine(job.written)})")
         placed = _placed(job.link, seq + 1, prev)
-        params.update({f"e{i}_{name}": placed[name] for name in _ENTRY_VALUES})
-        params[f"e{i}_prev"] = prev
-        rows.append(_ENTRY_ROW.format(i=i))
+        for name in _ENTRY_VALUES:
+            entries[f"e_{name}"].append(placed[name])
         before, (seq, prev) = prev, (placed["seq"], placed["hash"])
+    params.update(entries)
     params.update({"h_to_seq": seq, "h_to_hash": prev, "h_to_prev": before})
-    sql = _APPEND_GROUP_SQL.format(where=" AND ".join(conditions) or "true", written="".join(ctes), rows=", ".join(rows))
+    sql = _APPEND_GROUP_SQL.format(where=" AND ".join(conditions) or "true", written="".join(ctes))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.rowcount != len(group):
@@ -338,7 +339,11 @@ def _lock_head(agent_id: int) -> tuple[int, str]:
 
 # Several appends of one agent: the head advanced from its guess (`h_seq`, `h_prev`) to the last entry's
 # place — only if it is still there and every `{where}` holds — the chained rows written (`{written}`: CTEs
-# whose INSERTs are conditioned on `head`) and the entries (`{rows}`: one `_ENTRY_ROW` each) only if it was.
+# whose INSERTs are conditioned on `head`) and the entries only if it was. The entries' values are passed as
+# one array per column (`e_<name>`), so the statement's text is the same however many there are.
+_ENTRY_VALUES = ("agent", "seq", "action", *LINKS.values(), "content", "prev", "hash", "key_id", "now")
+_ENTRY_TYPES = {"agent": "bigint", "seq": "bigint", "event_id": "bigint", "response_id": "bigint", "now": "timestamptz",
+                "tool_call_id": "uuid", "confirmation_id": "uuid", "grant_id": "uuid"}  # fmt: skip
 _APPEND_GROUP_SQL = f"""
 WITH head AS (
     UPDATE {_HEAD} SET seq = %(h_to_seq)s, hash = %(h_to_hash)s, prev_hash = %(h_to_prev)s
@@ -348,15 +353,8 @@ WITH head AS (
 INSERT INTO {_ENTRY}
     (agent_id, seq, action, tool_call_id, event_id, confirmation_id, response_id, grant_id, content_hash, prev_hash,
      entry_hash, key_id, created_at)
-SELECT v.* FROM head, (VALUES {{rows}}) AS v
+SELECT v.* FROM head, unnest({", ".join(f"%(e_{name})s::{_ENTRY_TYPES.get(name, 'varchar')}[]" for name in _ENTRY_VALUES)}) AS v
 """
-_ENTRY_VALUES = ("agent", "seq", "action", *LINKS.values(), "content", "hash", "key_id", "now")
-_ENTRY_ROW = (
-    "(%(e{i}_agent)s::bigint, %(e{i}_seq)s::bigint, %(e{i}_action)s::varchar, %(e{i}_tool_call_id)s::uuid, "
-    "%(e{i}_event_id)s::bigint, %(e{i}_confirmation_id)s::uuid, %(e{i}_response_id)s::bigint, "
-    "%(e{i}_grant_id)s::uuid, %(e{i}_content)s::varchar, %(e{i}_prev)s::varchar, %(e{i}_hash)s::varchar, "
-    "%(e{i}_key_id)s::varchar, %(e{i}_now)s::timestamptz)"
-)
 
 
 def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Case, CharField, Q, Value, When
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals import selectors
@@ -49,6 +49,7 @@ from approvals.services.records import (
     changes_notify,
     event_record,
     event_record_many,
+    ids_in,
     needing_redraw,
     outbox_add,
     outbox_add_many,
@@ -56,6 +57,7 @@ from approvals.services.records import (
     response_add,
     row_insert,
     rows_update,
+    rows_update_each,
 )
 from approvals.services.audit import audit_append, audit_append_many, audit_deferred
 from approvals.services.grants import grant_create
@@ -982,12 +984,16 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
     """
     now = timezone.now()
     with transaction.atomic():
-        due = ConfirmationRequest.objects.select_for_update(skip_locked=True, no_key=True).filter(
+        due = ConfirmationRequest.objects.select_for_update(skip_locked=True, no_key=True, of=("self",)).filter(
             status=Status.PENDING, expires_at__lte=now
         )
         if confirmation_ids is not None:
-            due = due.filter(pk__in=confirmation_ids)
-        signed = list(due.order_by("expires_at").values(*REQUEST_SIGNED, "decision_mac", "callback_url", "batch_lead_id")[:limit])
+            due = due.filter(ids_in(ConfirmationRequest, confirmation_ids))
+        signed = list(
+            due.order_by("expires_at").values(
+                *REQUEST_SIGNED, "decision_mac", "callback_url", "batch_lead_id", "created_at", "channel__name"
+            )[:limit]
+        )
         if not signed:
             return []
         rows = [(r["id"], r["agent_id"], r["callback_url"], r["batch_lead_id"]) for r in signed]
@@ -1000,16 +1006,15 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             else r["decision_mac"]  # (as `_signed_anew`: what does not verify stays so)
             for r in signed
         }
-        ConfirmationRequest.objects.filter(pk__in=ids).update(
-            decided_by_name=SYSTEM_ACTOR,
-            decision_mac=Case(*[When(pk=pk, then=Value(mac)) for pk, mac in macs.items()], output_field=CharField()),
-            **expired,
-        )
+        rows_update_each(ConfirmationRequest, values={**expired, "decided_by_name": SYSTEM_ACTOR}, each="decision_mac", per_row=macs)
         audit_append_many(
             [(r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
              for r in signed]
         )  # fmt: skip
-        _count_decided(ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter")
+        _count_decided(
+            ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter",
+            known=[(r["id"], r["channel__name"], r["created_at"]) for r in signed],
+        )  # fmt: skip
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids

@@ -16,6 +16,8 @@ import logging
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import BooleanField, Case, Q, Value, When
+from django.db.models.expressions import RawSQL
 
 from approvals.models import (
     ApproverResponse,
@@ -190,6 +192,61 @@ def rows_update(model: type, *, pk: Any, values: dict[str, Any], only_if: dict[s
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+def ids_in(model: type, ids: list[Any]) -> Any:
+    """A filter: the model's rows whose ids are `ids`. PostgreSQL: `id = ANY(<one array>)` — the ORM's
+    `pk__in` writes (and psycopg then parses) one placeholder per id, which for the hundreds of a batch
+    costs more than the query; elsewhere `pk__in`."""
+    if connection.vendor != "postgresql":
+        return Q(pk__in=ids)
+    meta = model._meta
+    quote = connection.ops.quote_name
+    values = [meta.pk.get_db_prep_value(meta.pk.to_python(pk), connection) for pk in ids]
+    return RawSQL(
+        f"{quote(meta.db_table)}.{quote(meta.pk.column)} = ANY(%s::{meta.pk.db_type(connection)}[])",
+        [values],
+        output_field=BooleanField(),
+    )
+
+
+def rows_update_each(model: type, *, values: dict[str, Any], each: str, per_row: dict[Any, Any]) -> int:
+    """One UPDATE of the rows whose ids are `per_row`'s keys: every field of `values` set alike, and field
+    `each` to that row's own value in `per_row` (a batch of decisions: each row signed anew). PostgreSQL:
+    written out, the ids and their values passed as two arrays (`unnest`) — the ORM's `CASE WHEN` over
+    hundreds of rows costs more to compose than to run; elsewhere the ORM's. The number of rows changed."""
+    if not per_row:
+        return 0
+    if connection.vendor != "postgresql":
+        whens = [When(pk=pk, then=Value(value)) for pk, value in per_row.items()]
+        field = model._meta.get_field(each)
+        return model.objects.filter(pk__in=list(per_row)).update(**values, **{each: Case(*whens, output_field=field)})
+    sql, fields = _update_each_text(model, tuple(values), each)
+    meta = model._meta
+    params = {f"u{i}": field.get_db_prep_save(values[field.name], connection=connection) for i, field in enumerate(fields)}
+    params["pks"] = [meta.pk.get_db_prep_value(meta.pk.to_python(pk), connection) for pk in per_row]
+    column = meta.get_field(each)
+    params["each"] = [column.get_db_prep_save(value, connection=connection) for value in per_row.values()]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+@functools.cache
+def _update_each_text(model: type, names: tuple[str, ...], each: str) -> tuple[str, list]:
+    meta = model._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in names]
+    column = meta.get_field(each)
+    sets = ", ".join(
+        [f"{quote(f.column)} = %(u{i})s::{f.db_type(connection)}" for i, f in enumerate(fields)]
+        + [f"{quote(column.column)} = v.value"]
+    )
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {sets} "
+        f"FROM unnest(%(pks)s::{meta.pk.db_type(connection)}[], %(each)s::{column.db_type(connection)}[]) AS v(pk, value) "
+        f"WHERE {quote(meta.db_table)}.{quote(meta.pk.column)} = v.pk"
+    ), fields
 
 
 @functools.cache
