@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count, Min, Q
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
 from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
@@ -128,7 +128,7 @@ def key_holder(*, raw_key: str) -> KeyHolder | None:
         key = api_key_lookup(raw_key=raw_key)
         if key is None:
             return None
-        return KeyHolder(key.pk, key.agent_id, key.agent.name, key.agent.read_only, key.agent.generation)
+        return KeyHolder(key.pk, key.agent_id, key.agent.name, key.agent.read_only, key.agent.generation, key.agent.team_id)
 
     return cache.key_holder(ApiKey.hash_key(raw_key), read)
 
@@ -202,8 +202,18 @@ def confirmation_for_agent(*, agent: Agent, confirmation_id: Any) -> Confirmatio
 
 
 def confirmation_url(confirmation: ConfirmationRequest | ConfirmationState | str) -> str:
-    pk = getattr(confirmation, "pk", confirmation)
-    return settings.GATEWAY_PUBLIC_URL + reverse("approval-page", args=[pk])
+    """The request's approval page. Every answer to an agent carries it (10,000 woken at once are 10,000
+    of them), so the page's path is reversed once per script prefix and the id put in its place."""
+    pk = str(getattr(confirmation, "pk", confirmation))
+    return settings.GATEWAY_PUBLIC_URL + _page_path(get_script_prefix()).replace(_PAGE_ID, pk)
+
+
+_PAGE_ID = "00000000-0000-0000-0000-000000000000"
+
+
+@functools.lru_cache(maxsize=16)
+def _page_path(prefix: str) -> str:
+    return reverse("approval-page", args=[_PAGE_ID])
 
 
 # What an agent is told of a request whose record does not verify (docs/audit.md, "Answered from facts that verify").

@@ -107,8 +107,9 @@ def _ask(holder: KeyHolder, validated: dict[str, Any], fingerprint: str) -> PreT
     """What PreToolUseApi does once DRF has authenticated and validated: record use of the key, ask."""
     services.api_key_touch_by_id(key_id=holder.key_id)
     agent = Agent(
-        pk=holder.agent_id, name=holder.agent_name, read_only=holder.agent_read_only, generation=holder.generation
-    )
+        pk=holder.agent_id, name=holder.agent_name, read_only=holder.agent_read_only, generation=holder.generation,
+        team_id=holder.agent_team_id,  # (given: the field's default would read the default team on every call)
+    )  # fmt: skip
     return services.tool_call_pre(
         served_under=holder.generation,
         agent=agent,
