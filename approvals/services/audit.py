@@ -27,12 +27,16 @@ behind a card delivery that holds the lead and waits for the head.
 
 A transaction that writes several chained rows of one agent (creating a
 request: the call, its `created` and `card_posted` events) wraps them in
-`audit_deferred()`: the links are queued as the rows are written and appended
-together when the block ends: the head locked and read, the entries signed one
-after another here, written in one INSERT and the head advanced. The head is
-then held for those statements and the COMMIT only, not from the first event to
-the end of the transaction, which is what lets an agent's requests be created
-in parallel.
+`audit_deferred()` (`audit_transaction()`: that inside its own transaction): the
+links are queued as the rows are written and appended together when the block
+ends: the entries signed one after another here, written in one INSERT and the
+head advanced. The head is then held for that statement and the COMMIT only,
+not from the first event to the end of the transaction, which is what lets an
+agent's requests be created in parallel. Within a process, an agent's appends
+take turns from reading the guess to the COMMIT (`_Turn.guessing`): a statement
+sees only what was committed before it began, so a writer that guessed the head
+its predecessor had not yet committed would miss, and pay a locked re-read and a
+second statement.
 
 `audit_purge` removes old records and records a checkpoint (the hash of the
 last entry it removed), from which `verify_audit` starts the chain again.
@@ -132,12 +136,21 @@ class _Turn:
         self.turn = threading.Lock()
         self.mutex = threading.Lock()
         self.queued: list[_Job] = []
+        # Held by a transaction's append of this agent (`_append_locked`) from reading the guess until
+        # its statement returns (its locked re-read and second try included, if the guess was stale):
+        # the next one then reads the head it just wrote, and queues on the head row behind its COMMIT
+        # rather than guessing the head from before it and missing (which, unordered, cascades: a
+        # re-read under the lock is the head only until its own append moves it).
+        self.guessing = threading.Lock()
 
 
 _turns: dict[int, _Turn] = {}
 _turns_lock = threading.Lock()
 # Most appends one statement writes together (its parameters grow with each).
 GROUP_MAX = 32
+# Longest a transaction's append waits for this process's previous append of its agent to return
+# (`_Turn.guessing`); past it, it guesses anyway (a wrong guess costs a locked re-read, never a fork).
+GUESS_WAIT_SECONDS = 0.5
 
 
 def _turn_of(agent_id: int) -> _Turn:
@@ -151,6 +164,31 @@ def _turn_of(agent_id: int) -> _Turn:
 _deferred: contextvars.ContextVar[list[tuple[int, dict[str, Any]]] | None] = contextvars.ContextVar(
     "audit_deferred", default=None
 )
+
+
+# The `_Turn.guessing` locks the transaction of the innermost `audit_transaction` holds (None: none is open).
+_guesses_held: contextvars.ContextVar[list[threading.Lock] | None] = contextvars.ContextVar(
+    "audit_guesses_held", default=None
+)
+
+
+@contextlib.contextmanager
+def audit_transaction() -> Iterator[None]:
+    """`transaction.atomic()` with `audit_deferred()` inside — the chained writes of one change (a request
+    created, a click decided) and their entries, committed together. When it is the outermost
+    transaction, the agent's append is also ordered within this process until the COMMIT (`_Turn.guessing`):
+    a statement sees only heads committed before it began, so the next writer of the agent must start
+    after this one's COMMIT to guess the head right — else its guess misses and it pays a locked re-read
+    and a second try (most of a creation's database time when an agent's requests arrive together)."""
+    held: list[threading.Lock] | None = [] if not connection.in_atomic_block else None
+    token = _guesses_held.set(held)
+    try:
+        with transaction.atomic(), audit_deferred():
+            yield
+    finally:
+        _guesses_held.reset(token)
+        for lock in held or ():
+            lock.release()
 
 
 @contextlib.contextmanager
@@ -225,7 +263,13 @@ def _append_one(link: dict[str, Any], *, written: str = "", where: str = "", par
         while not job.done:  # (not done: ours is among the appends queued by now, which this thread writes)
             with turn.mutex:
                 group, turn.queued[:] = turn.queued[:GROUP_MAX], turn.queued[GROUP_MAX:]
-            _append_group(group)
+            # (after a transaction's append of this agent has committed: its head is then the guess)
+            acquired = turn.guessing.acquire(timeout=GUESS_WAIT_SECONDS)
+            try:
+                _append_group(group)
+            finally:
+                if acquired:
+                    turn.guessing.release()
     if job.error is not None:
         raise job.error
     return job.result
@@ -364,11 +408,22 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
     if the guess is stale (another transaction moved the head) — from the head read under its row lock."""
     for agent_id in sorted({agent_id for agent_id, _ in links}):
         group = [_Job(link, "", "", None) for owner, link in links if owner == agent_id]
-        if _append_group_guessing(group):
-            continue
-        _heads[agent_id] = _lock_head(agent_id)  # (held until COMMIT: nobody moves it now)
-        if not _append_group_guessing(group):
-            raise RuntimeError(f"agent {agent_id}'s audit head moved while this transaction held it")
+        guessing = _turn_of(agent_id).guessing
+        until_end = _guesses_held.get()  # (inside `audit_transaction`: kept until its transaction has ended)
+        # (bounded: a transaction appending twice for one agent must never wait on itself forever)
+        acquired = not (until_end and guessing in until_end) and guessing.acquire(timeout=GUESS_WAIT_SECONDS)
+        try:
+            if _append_group_guessing(group):
+                continue
+            _heads[agent_id] = _lock_head(agent_id)  # (held until COMMIT: nobody moves it now)
+            if not _append_group_guessing(group):
+                raise RuntimeError(f"agent {agent_id}'s audit head moved while this transaction held it")
+        finally:
+            if acquired:
+                if until_end is not None:
+                    until_end.append(guessing)
+                else:
+                    guessing.release()
 
 
 def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:

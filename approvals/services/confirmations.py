@@ -59,7 +59,7 @@ from approvals.services.records import (
     rows_update,
     rows_update_each,
 )
-from approvals.services.audit import audit_append, audit_append_many, audit_deferred
+from approvals.services.audit import audit_append, audit_append_many, audit_transaction
 from approvals.services.grants import grant_create
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
@@ -398,7 +398,7 @@ def confirmation_respond(
     try:
         # Who is whom is read once per click (the clicker's person, the call's owner: judged by the page's
         # standing and again under the lock); the chain's entries are appended together, at the end.
-        with selectors.people_memo(), transaction.atomic(), audit_deferred():
+        with selectors.people_memo(), audit_transaction():
             verdict = _respond(
                 channel_name=channel_name,
                 callback=callback,

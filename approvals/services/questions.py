@@ -16,7 +16,7 @@ from django.db import transaction
 from approvals import selectors
 from approvals.errors import InvalidInput
 from approvals.models import Agent, Channel, ConfirmationRequest, RequestKind
-from approvals.services.audit import audit_deferred
+from approvals.services.audit import audit_transaction
 from approvals.services.confirmations import confirmation_create
 from channels_ext.answers import SchemaError, answer_problem, check_schema
 from channels_ext.base import asks_questions
@@ -103,7 +103,7 @@ def question_create(
         escalate_approvers=tuple(escalate_approvers or ()),
         reason=text,
     )
-    with transaction.atomic(), audit_deferred():
+    with audit_transaction():
         return confirmation_create(
             agent=agent,
             spec=spec,

@@ -37,7 +37,7 @@ from approvals.arguments import args_fingerprint, editable_paths, mask_record, m
 from approvals.caches import StaleCache, cache
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
-from approvals.services.audit import audit_deferred, audit_insert_linked
+from approvals.services.audit import audit_insert_linked, audit_transaction
 from approvals.services.confirmations import confirmation_create
 from approvals.services.grants import grant_reason, grant_use
 from approvals.services.records import insert_statement
@@ -201,8 +201,8 @@ def tool_call_pre(
                 _insert(record, served_under, stored)
             return answer
         # The call and its request's events go into the agent's audit chain together, at the end
-        # (`audit_deferred`): the chain's head is held for one statement and the COMMIT.
-        with transaction.atomic(), audit_deferred():
+        # (`audit_transaction`): the chain's head is held for one statement and the COMMIT.
+        with audit_transaction():
             grant, confirmation = _ask_or_grant(
                 answer,
                 agent=agent,
