@@ -409,21 +409,21 @@ def _append_locked(links: list[tuple[int, dict[str, Any]]]) -> None:
     for agent_id in sorted({agent_id for agent_id, _ in links}):
         group = [_Job(link, "", "", None) for owner, link in links if owner == agent_id]
         guessing = _turn_of(agent_id).guessing
-        until_end = _guesses_held.get()  # (inside `audit_transaction`: kept until its transaction has ended)
-        # (bounded: a transaction appending twice for one agent must never wait on itself forever)
-        acquired = not (until_end and guessing in until_end) and guessing.acquire(timeout=GUESS_WAIT_SECONDS)
-        try:
-            if _append_group_guessing(group):
-                continue
-            _heads[agent_id] = _lock_head(agent_id)  # (held until COMMIT: nobody moves it now)
-            if not _append_group_guessing(group):
-                raise RuntimeError(f"agent {agent_id}'s audit head moved while this transaction held it")
-        finally:
-            if acquired:
-                if until_end is not None:
-                    until_end.append(guessing)
-                else:
-                    guessing.release()
+        # Only inside `audit_transaction`, and then kept until its transaction has ended (taken once: it
+        # may append again). A transaction of its own (a batch of expiries) takes no turn: holding one
+        # only for its statement, its second append would wait for the next writer, who waits on the
+        # head row it holds — bounded by the timeout, but a stall each time.
+        until_end = _guesses_held.get()
+        acquired = (
+            until_end is not None and guessing not in until_end and guessing.acquire(timeout=GUESS_WAIT_SECONDS)
+        )
+        if acquired:
+            until_end.append(guessing)  # type: ignore[union-attr]
+        if _append_group_guessing(group):
+            continue
+        _heads[agent_id] = _lock_head(agent_id)  # (held until COMMIT: nobody moves it now)
+        if not _append_group_guessing(group):
+            raise RuntimeError(f"agent {agent_id}'s audit head moved while this transaction held it")
 
 
 def audit_append(*, agent_id: int, action: str, row: Any, source: str | None = None) -> None:

@@ -48,7 +48,6 @@ from approvals.models import (
 from approvals.services.records import (
     changes_notify,
     event_record,
-    event_record_many,
     ids_in,
     needing_redraw,
     outbox_add,
@@ -1007,10 +1006,10 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             for r in signed
         }
         rows_update_each(ConfirmationRequest, values={**expired, "decided_by_name": SYSTEM_ACTOR}, each="decision_mac", per_row=macs)
-        audit_append_many(
-            [(r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
-             for r in signed]
-        )  # fmt: skip
+        moved = [
+            (r["agent_id"], AuditAction.RECORDED, ConfirmationRequest(**{**{f: r[f] for f in REQUEST_SIGNED}, **expired}))
+            for r in signed
+        ]  # fmt: skip
         _count_decided(
             ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter",
             known=[(r["id"], r["channel__name"], r["created_at"]) for r in signed],
@@ -1019,7 +1018,9 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)
             for pk in ids
         ]
-        event_record_many([(agent_id, event) for (_, agent_id, _, _), event in zip(rows, expired)])
+        # Each request's move and its event, chained in ONE append (per agent) after the events are written.
+        events = ConfirmationEvent.objects.bulk_create(expired)
+        audit_append_many([*moved, *((agent_id, AuditAction.EVENT, event) for (_, agent_id, _, _), event in zip(rows, events))])
         redrawn = needing_redraw({pk: lead for pk, _, _, lead in rows})
         outbox = [
             Outbox(confirmation_id=pk, kind=OutboxKind.UPDATE, dedupe_key=f"{pk}:update:expired")

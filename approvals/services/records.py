@@ -29,7 +29,7 @@ from approvals.models import (
     OutboxKind,
     OutboxStatus,
 )
-from approvals.services.audit import audit_append, audit_append_many
+from approvals.services.audit import audit_append
 from channels_ext.base import draws_itself, self_drawing_kinds
 from gateway import realtime, tracing
 from gateway.celery import app
@@ -295,12 +295,6 @@ def response_add(response: ApproverResponse) -> bool:
     """Insert an approver's response unless that person (`response.person`, under any of their
     identities) answered the request already (one statement, no savepoint); False if there was one."""
     return row_insert(response, unless_conflict="confirmation_id, person")
-
-
-def event_record_many(events: list[tuple[int, ConfirmationEvent]]) -> None:
-    """Append several events (`(agent_id, event)`) in one statement, and link them into their agents' chains."""
-    created = ConfirmationEvent.objects.bulk_create([event for _, event in events])
-    audit_append_many([(agent_id, AuditAction.EVENT, event) for (agent_id, _), event in zip(events, created)])
 
 
 def outbox_add_many(rows: list[Outbox]) -> None:
