@@ -46,6 +46,10 @@ from approvals.models import (
     Status,
 )
 from approvals.services.records import (
+    DELIVER_OUTBOX_TASK,
+    Insert,
+    enqueue,
+    rows_insert,
     changes_notify,
     event_record,
     ids_in,
@@ -187,9 +191,23 @@ def confirmation_create(
         default_answer=default_answer,
     )
     confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
-    row_insert(confirmation)  # (the ORM's save machinery costs more than the INSERT itself, on every request)
+    created = ConfirmationEvent(
+        confirmation_id=confirmation.pk, kind=EventKind.CREATED, actor=f"agent:{agent.name}", channel="", message=spec.reason,
+        data={},
+    )
+    if lead_id is None:
+        # The request, its `created` event, its card (and, on the web page, the card's `card_posted`
+        # event): one statement. (The ORM's save machinery costs more than an INSERT, on every request.)
+        card, posted = _card_rows(confirmation, channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
+        inserts = [Insert(confirmation), Insert(created), Insert(card, unless_conflict="dedupe_key")]
+        written = rows_insert([*inserts, *([Insert(posted, after=2)] if posted is not None else [])])
+        audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
+        audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
+        _card_written(card, posted, written=written[2], agent_id=agent.pk)
+        return confirmation
+    rows_insert([Insert(confirmation), Insert(created)])
     audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
-    event_record(confirmation, EventKind.CREATED, actor=f"agent:{agent.name}", message=spec.reason)
+    audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
     if lead_id is not None:
         event_record(
             confirmation,
@@ -199,8 +217,6 @@ def confirmation_create(
             data={"lead": str(lead_id), "turn_id": turn_id},
         )
         redraw_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
-    else:
-        card_add(confirmation, channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
     return confirmation
 
 
@@ -208,17 +224,38 @@ def card_add(confirmation: ConfirmationRequest, channel: Channel, *, dedupe_key:
     """The request's card on `channel`: an outbox row a worker delivers — or, for a channel whose card
     is the gateway's own page (`draws_itself`: the web channel), a row written as sent, with its
     `card_posted` event, in this transaction: the page is up the moment the request commits, and no
-    worker is involved."""
+    worker is involved. Idempotent on `dedupe_key`. One statement."""
+    card, posted = _card_rows(confirmation, channel, dedupe_key=dedupe_key)
+    written = rows_insert([Insert(card, unless_conflict="dedupe_key"), *([Insert(posted, after=0)] if posted else [])])
+    _card_written(card, posted, written=written[0], agent_id=confirmation.agent_id)
+
+
+def _card_rows(
+    confirmation: ConfirmationRequest, channel: Channel, *, dedupe_key: str
+) -> tuple[Outbox, ConfirmationEvent | None]:
+    """`card_add`'s rows, unsaved: the outbox row, and the `card_posted` event if the page is the card."""
     if not draws_itself(channel.kind):
-        outbox_add(confirmation, OutboxKind.CARD, channel=channel, dedupe_key=dedupe_key)
-        return
+        return Outbox(confirmation_id=confirmation.pk, kind=OutboxKind.CARD, channel=channel, payload={}, dedupe_key=dedupe_key), None
     ref = {"url": selectors.confirmation_url(confirmation)}
-    sent = outbox_add(
-        confirmation, OutboxKind.CARD, channel=channel, dedupe_key=dedupe_key,
+    card = Outbox(
+        confirmation_id=confirmation.pk, kind=OutboxKind.CARD, channel=channel, payload={}, dedupe_key=dedupe_key,
         status=OutboxStatus.SENT, sent_at=timezone.now(), message_ref=ref,
     )  # fmt: skip
-    if sent is not None:
-        event_record(confirmation, EventKind.CARD_POSTED, channel=channel.name, data={"ref": ref})
+    posted = ConfirmationEvent(
+        confirmation_id=confirmation.pk, kind=EventKind.CARD_POSTED, actor="", channel=channel.name, message="",
+        data={"ref": ref},
+    )  # fmt: skip
+    return card, posted
+
+
+def _card_written(card: Outbox, posted: ConfirmationEvent | None, *, written: bool, agent_id: int) -> None:
+    """After `_card_rows` were inserted: the posted event chained, or the card queued for a worker."""
+    if not written:
+        return  # (that card was there already)
+    if posted is not None:
+        audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=posted)
+    else:
+        transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, card.pk), robust=True)
 
 
 # --------------------------------------------------------------------------- deciding
