@@ -378,10 +378,15 @@ LOGGING = {
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": GATEWAY_LOG_FORMAT, "filters": ["context"]}
     },
+    # Every line goes out through the root's one handler: the gateway's own at GATEWAY_LOG_LEVEL, other
+    # libraries' from WARNING, all in the same format. A root with a handler also keeps a library's
+    # `logging.basicConfig` from adding its own (the `mcp` SDK's MCPServer adds a rich console handler:
+    # every line twice, the second one drawn by rich — about a millisecond each, on the request's thread).
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "gateway": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
-        "approvals": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
-        "hooks": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
-        "channels_ext": {"handlers": ["console"], "level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "gateway": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "approvals": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "hooks": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "channels_ext": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
     },
 }

@@ -123,13 +123,33 @@ def test_each_line_names_the_request_agent_session_tool_and_confirmation(
     assert decided["outcome"] == "approved"
 
 
-def _log_in_a_process(log_format: str | None) -> subprocess.CompletedProcess:
+def test_the_whole_server_loaded_writes_each_line_once_in_its_format_other_librarys_warnings_too():
+    """The ASGI app loaded (with the MCP server, whose SDK calls `logging.basicConfig` with a rich console
+    handler): still one line per record, in the chosen format — the root's handler is the gateway's."""
+    loaded = "import gateway.asgi\nlogging.getLogger('some.library').warning('disk %s', 'low')\n"
+    as_json = _log_in_a_process("json", before=loaded)
+    assert as_json.returncode == 0, as_json.stderr
+    lines = [json.loads(text) for text in as_json.stderr.splitlines()]
+    assert [(line["logger"], line["message"]) for line in lines] == [
+        ("some.library", "disk low"),
+        ("approvals.confirmations", "confirmation approved"),
+    ]
+    plain = _log_in_a_process(None, before=loaded)
+    assert plain.returncode == 0, plain.stderr
+    assert [text.split(" ", 2)[2] for text in plain.stderr.splitlines()] == [
+        "WARNING some.library disk low",
+        "INFO approvals.confirmations confirmation approved",
+    ]
+
+
+def _log_in_a_process(log_format: str | None, *, before: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "GATEWAY_LOG_FORMAT"}
     env["DJANGO_SETTINGS_MODULE"] = "gateway.settings"
     if log_format is not None:
         env["GATEWAY_LOG_FORMAT"] = log_format
     script = (
         "import django, logging; django.setup()\n"
+        f"{before}"
         "from gateway import logs\n"
         "with logs.bound(agent='purchasing-bot', confirmation_id='c-1'):\n"
         "    logging.getLogger('approvals.confirmations').info('confirmation %s', 'approved')\n"
