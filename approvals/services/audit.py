@@ -136,11 +136,11 @@ class _Turn:
         self.turn = threading.Lock()
         self.mutex = threading.Lock()
         self.queued: list[_Job] = []
-        # Held by a transaction's append of this agent (`_append_locked`) from reading the guess until
-        # its statement returns (its locked re-read and second try included, if the guess was stale):
-        # the next one then reads the head it just wrote, and queues on the head row behind its COMMIT
-        # rather than guessing the head from before it and missing (which, unordered, cascades: a
-        # re-read under the lock is the head only until its own append moves it).
+        # The turn at guessing this agent's head: held by an `audit_transaction` from its append's guess
+        # to its COMMIT, and by the autocommit group writer for its statement. The next writer then
+        # guesses the head the last one committed; unordered, it would guess one not yet committed —
+        # invisible to its statement — and miss (and a miss's locked re-read is the head only until its
+        # own append moves it: the misses cascade).
         self.guessing = threading.Lock()
 
 
