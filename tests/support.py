@@ -313,3 +313,29 @@ def _rewrite(model: Any, ids: Any, fields: dict[str, Any]) -> None:
     model.objects.filter(pk__in=ids).update(**fields)
     for row in model.objects.filter(pk__in=ids):
         model.objects.filter(pk=row.pk).update(decision_mac=decision_mac(model, row))
+
+
+@contextlib.contextmanager
+def on_new_connections(wrapper: Callable[..., Any]) -> Iterator[None]:
+    """`wrapper` (a Django execute wrapper) on every database connection opened while the block runs, in
+    any thread — the server's pools included, whose connections outlive the test: on leaving the block
+    the wrapper passes every statement straight through, so it can change nothing for later tests."""
+    from django.db.backends.signals import connection_created
+
+    active = [True]
+
+    def gated(execute, sql, params, many, context):
+        if active[0]:
+            return wrapper(execute, sql, params, many, context)
+        return execute(sql, params, many, context)
+
+    def install(sender, connection, **kwargs) -> None:
+        if gated not in connection.execute_wrappers:
+            connection.execute_wrappers.append(gated)
+
+    connection_created.connect(install)
+    try:
+        yield
+    finally:
+        connection_created.disconnect(install)
+        active[0] = False

@@ -19,7 +19,7 @@ from gateway import realtime
 from hooks import state as hook_state
 from hooks.models import HookState
 from tests.conftest import apply_config, make_agent_client
-from tests.support import wait_until
+from tests.support import on_new_connections, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -204,23 +204,14 @@ def test_an_allowed_call_served_from_the_caches_is_one_statement(agent):
     """The hot path's whole cost to the database: the call and its chain entry, one INSERT. (The
     agent it is served for is built from the cached key holder — with its team, so that building it
     reads nothing either: a field's default would read the default team on every call.)"""
-    from django.db.backends.signals import connection_created
-
     sent: list[str] = []
 
     def count(execute, sql, params, many, context):
         sent.append(sql)
         return execute(sql, params, many, context)
 
-    def install(sender, connection, **kwargs):
-        if count not in connection.execute_wrappers:
-            connection.execute_wrappers.append(count)
-
     assert agent.pre_tool_use("web__search", {}).json()["decision"] == "allow"  # (the key's use noted: once a minute)
-    connection_created.connect(install)
-    try:
+    with on_new_connections(count):
         assert agent.pre_tool_use("web__search", {"q": "x"}).json()["decision"] == "allow"
-    finally:
-        connection_created.disconnect(install)
     assert not [sql for sql in sent if "approvals_team" in sql], sent
     assert len(sent) == 1 and "INSERT INTO" in sent[0] and "approvals_toolcall" in sent[0], sent

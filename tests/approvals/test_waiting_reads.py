@@ -9,11 +9,11 @@ import threading
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db.backends.signals import connection_created
 
 from approvals import services, waiting
 from approvals.models import Agent
 from tests.conftest import apply_config
+from tests.support import on_new_connections
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,10 +39,6 @@ class StatementCounter:
             self.statements.append(sql)
         return execute(sql, params, many, context)
 
-    def install(self, sender, connection, **kwargs) -> None:
-        if self not in connection.execute_wrappers:
-            connection.execute_wrappers.append(self)
-
 
 def _asked(agent: Agent, n: int) -> list[str]:
     return [
@@ -56,7 +52,6 @@ def test_many_waiters_arriving_at_once_are_read_in_a_few_queries_each_seeing_onl
     first, second = Agent.objects.get(name="first"), Agent.objects.get(name="second")
     mine, theirs = _asked(first, 40), _asked(second, 10)
     counter = StatementCounter()
-    connection_created.connect(counter.install)
 
     async def arrive():
         reads = [waiting._read(pk, first.pk, False) for pk in mine]  # 40 agents arrive at once
@@ -65,10 +60,8 @@ def test_many_waiters_arriving_at_once_are_read_in_a_few_queries_each_seeing_onl
         reads += [waiting._read("not-a-request", first.pk, False)]
         return await asyncio.gather(*reads, return_exceptions=True)
 
-    try:
+    with on_new_connections(counter):
         states = asyncio.run(arrive())
-    finally:
-        connection_created.disconnect(counter.install)
 
     own, upper, foreign, bad = states[:40], states[40:45], states[45:55], states[55]
     assert [s.id for s in own] == mine and all(s.status == "pending" and s.verified for s in own)
@@ -89,30 +82,14 @@ def test_a_read_that_fails_fails_every_waiter_it_was_for_and_the_next_read_works
     def refuse(execute, sql, params, many, context):
         raise RuntimeError("database gone")
 
-    def install(sender, connection, **kwargs):
-        connection.execute_wrappers.append(refuse)
-
     async def arrive():
         return await asyncio.gather(*[waiting._read(pk, first.pk, False) for pk in asked], return_exceptions=True)
 
-    connection_created.connect(install)
-    try:
+    with on_new_connections(refuse):
         failed = asyncio.run(arrive())
-    finally:
-        connection_created.disconnect(install)
     assert all(isinstance(outcome, RuntimeError) for outcome in failed)
 
-    # a connection opened before the failure may keep the wrapper: drop it wherever it is
     async def again():
-        await waiting.db_call(_drop_wrapper)(refuse)
         return await asyncio.gather(*[waiting._read(pk, first.pk, False) for pk in asked])
 
     assert [s.id for s in asyncio.run(again())] == asked
-
-
-def _drop_wrapper(wrapper) -> None:
-    from django.db import connections
-
-    for connection in connections.all():
-        while wrapper in connection.execute_wrappers:
-            connection.execute_wrappers.remove(wrapper)

@@ -9,12 +9,12 @@ import threading
 
 import pytest
 from django.db import connection
-from django.db.backends.signals import connection_created
 
 from approvals import services
 from approvals.models import Agent, AuditEntry, AuditHead, ConfirmationRequest
 from tests.audit.support import verify
 from tests.conftest import apply_config
+from tests.support import on_new_connections
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,10 +38,6 @@ def test_requests_of_one_agent_created_together_never_re_read_the_head_under_its
             locked_reads.append(sql)
         return execute(sql, params, many, context)
 
-    def install(sender, connection, **kwargs):
-        if count not in connection.execute_wrappers:
-            connection.execute_wrappers.append(count)
-
     start, failures = threading.Barrier(THREADS), []
 
     def create(n: int) -> None:
@@ -54,15 +50,12 @@ def test_requests_of_one_agent_created_together_never_re_read_the_head_under_its
         finally:
             connection.close()
 
-    connection_created.connect(install)
-    try:
+    with on_new_connections(count):
         threads = [threading.Thread(target=create, args=(n,)) for n in range(THREADS)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    finally:
-        connection_created.disconnect(install)
 
     assert failures == []
     assert ConfirmationRequest.objects.filter(agent=agent).count() == 1 + THREADS * EACH
