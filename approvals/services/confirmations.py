@@ -48,9 +48,8 @@ from approvals.models import (
 from approvals.services.records import (
     DELIVER_OUTBOX_TASK,
     Insert,
-    enqueue,
-    rows_insert,
     changes_notify,
+    enqueue,
     event_record,
     ids_in,
     needing_redraw,
@@ -59,6 +58,7 @@ from approvals.services.records import (
     redraw_add,
     response_add,
     row_insert,
+    rows_insert,
     rows_update,
     rows_update_each,
 )
@@ -205,18 +205,18 @@ def confirmation_create(
         audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
         _card_written(card, posted, written=written[2], agent_id=agent.pk)
         return confirmation
+    # A call joining its turn's card: the lead's card is redrawn with it.
     rows_insert([Insert(confirmation), Insert(created)])
     audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
     audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
-    if lead_id is not None:
-        event_record(
-            confirmation,
-            EventKind.JOINED_TURN,
-            actor=f"agent:{agent.name}",
-            message=f"shown with the other calls of turn {turn_id} on the card of request {lead_id}",
-            data={"lead": str(lead_id), "turn_id": turn_id},
-        )
-        redraw_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
+    event_record(
+        confirmation,
+        EventKind.JOINED_TURN,
+        actor=f"agent:{agent.name}",
+        message=f"shown with the other calls of turn {turn_id} on the card of request {lead_id}",
+        data={"lead": str(lead_id), "turn_id": turn_id},
+    )
+    redraw_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
     return confirmation
 
 
