@@ -212,7 +212,7 @@ _PAGE_ID = "00000000-0000-0000-0000-000000000000"
 
 
 @functools.lru_cache(maxsize=16)
-def _page_path(prefix: str) -> str:
+def _page_path(prefix: str) -> str:  # (`prefix` keys the cache: `reverse` reads the current script prefix)
     return reverse("approval-page", args=[_PAGE_ID])
 
 

@@ -57,7 +57,6 @@ from approvals.services.records import (
     outbox_add_many,
     redraw_add,
     response_add,
-    row_insert,
     rows_insert,
     rows_update,
     rows_update_each,

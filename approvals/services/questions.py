@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import transaction
 
 from approvals import selectors
 from approvals.errors import InvalidInput
