@@ -61,7 +61,7 @@ class KeyHolder:
     agent_name: str
     agent_read_only: bool
     generation: int
-    agent_team_id: int | None = None  # (an Agent built from the holder without it would read the default team)
+    agent_team_id: int  # (an Agent built from the holder without its team would read the default team)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,7 +65,9 @@ _db_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphor
 R = TypeVar("R")
 
 
-def _closing(fn: Callable[..., R]) -> Callable[..., R]:
+def connection_given_back(fn: Callable[..., R]) -> Callable[..., R]:
+    """`fn`, then its thread's database connection closed (with the psycopg pool: given back to it)."""
+
     def call(*args: Any, **kwargs: Any) -> R:
         try:
             return fn(*args, **kwargs)
@@ -78,7 +80,7 @@ def _closing(fn: Callable[..., R]) -> Callable[..., R]:
 @functools.cache
 def db_call(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
     """`fn`, a short ORM read or write, run off the event loop; the connection is given back at once."""
-    run = sync_to_async(_closing(fn), thread_sensitive=False, executor=_db_executor)
+    run = sync_to_async(connection_given_back(fn), thread_sensitive=False, executor=_db_executor)
 
     async def bounded(*args: Any, **kwargs: Any) -> R:
         loop = asyncio.get_running_loop()
@@ -395,7 +397,7 @@ def _expire_many(confirmation_ids: list[str]) -> list[str]:
     return services.confirmations_expire(confirmation_ids=confirmation_ids, limit=len(confirmation_ids))
 
 
-_expire_off_loop = sync_to_async(_closing(_expire_many), thread_sensitive=False, executor=_expiry_executor)
+_expire_off_loop = sync_to_async(connection_given_back(_expire_many), thread_sensitive=False, executor=_expiry_executor)
 
 
 _expiry_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ExpiryQueue] = weakref.WeakKeyDictionary()

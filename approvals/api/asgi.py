@@ -40,7 +40,6 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
 
 from approvals import selectors, services
 from approvals.api.auth import bearer_token
@@ -51,7 +50,7 @@ from approvals.caches import KeyHolder, StaleCache, cache
 from approvals.errors import GatewayError, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
-from approvals.waiting import agent_id_for_key, db_call, parse_timeout, wait_for_final
+from approvals.waiting import agent_id_for_key, connection_given_back, db_call, parse_timeout, wait_for_final
 from gateway_client.claude_code import blocked_output
 from gateway import logs, tracing
 from gateway.realtime import waiters
@@ -93,14 +92,7 @@ _call_executor = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefi
 @functools.cache
 def in_call_thread(fn: Callable[..., R]) -> Callable[..., Awaitable[R]]:
     """`fn` run in the tool-call pool; its database connection goes back to the pool afterwards."""
-
-    def call(*args: Any, **kwargs: Any) -> R:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            connection.close()
-
-    return sync_to_async(call, thread_sensitive=False, executor=_call_executor)
+    return sync_to_async(connection_given_back(fn), thread_sensitive=False, executor=_call_executor)
 
 
 def _ask(holder: KeyHolder, validated: dict[str, Any], fingerprint: str) -> PreToolUseAnswer:

@@ -46,15 +46,14 @@ from approvals.models import (
     Status,
 )
 from approvals.services.records import (
-    DELIVER_OUTBOX_TASK,
     Insert,
     changes_notify,
-    enqueue,
     event_record,
     ids_in,
     needing_redraw,
     outbox_add,
     outbox_add_many,
+    outbox_queued,
     redraw_add,
     response_add,
     rows_insert,
@@ -248,13 +247,12 @@ def _card_rows(
 
 
 def _card_written(card: Outbox, posted: ConfirmationEvent | None, *, written: bool, agent_id: int) -> None:
-    """After `_card_rows` were inserted: the posted event chained, or the card queued for a worker."""
+    """After `_card_rows` were inserted: the card queued for a worker, or its posted event chained."""
     if not written:
         return  # (that card was there already)
+    outbox_queued(card)
     if posted is not None:
         audit_append(agent_id=agent_id, action=AuditAction.EVENT, row=posted)
-    else:
-        transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, card.pk), robust=True)
 
 
 # --------------------------------------------------------------------------- deciding

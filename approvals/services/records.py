@@ -146,9 +146,15 @@ def needing_redraw(leads: dict[Any, Any]) -> set[Any]:
 def _outbox_insert(outbox: Outbox, *, where: str = "", params: dict[str, Any] | None = None) -> int | None:
     if not row_insert(outbox, where=where, params=params, unless_conflict="dedupe_key"):
         return None
+    outbox_queued(outbox)
+    return outbox.pk
+
+
+def outbox_queued(outbox: Outbox) -> None:
+    """A new outbox row just written: queued for a worker once the transaction commits — unless it was
+    written as done already (`status=SENT`: a card that is the gateway's own page)."""
     if outbox.status != OutboxStatus.SENT:
         transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, outbox.pk), robust=True)
-    return outbox.pk
 
 
 def insert_statement(instance: Any, *, where: str = "", prefix: str = "") -> tuple[str, dict[str, Any]]:

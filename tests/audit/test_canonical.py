@@ -66,7 +66,7 @@ class Size(enum.IntEnum):
     [
         0, 7, 10, 100, -1200, 10**40, 2**70 + 1, 1.0, 0.1, 1e20, -0.0, float("nan"), float("inf"),
         decimal.Decimal("1.50"), True, False, None, "", "é\n\"\\\u2028😀", Colour.RED, Size.TEN,
-        {"b": 1, "a": [1, 2.5, None]}, {1: "one", "1": "text one", True: "t", None: "n"}, (1, "x"),
+        {"b": 1, "a": [1, 2.5, None]}, {1: "one", "1": "text one", 2.5: "x", None: "n", False: "f"}, (1, "x"),
         dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=5))), uuid.UUID(int=12345),
         {"nested": {"z": {"y": [{"x": 100}]}}},
     ],
