@@ -216,12 +216,14 @@ def conninfo() -> str:
     """The default database as a libpq connection string (for connections outside Django's pool): every
     host of a multi-host DATABASE_URL and its parameters (`target_session_attrs`, `sslmode`, …), with TCP
     keepalives so that a server gone silent (no FIN, e.g. a failed-over host) is noticed within a minute."""
+    from psycopg import pq
     from psycopg.conninfo import make_conninfo
 
-    params = {
+    libpq_keys = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    params = {  # (not psycopg's own options, such as `prepare_threshold`)
         key: value
         for key, value in connection.get_connection_params().items()
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and value != ""
+        if key in libpq_keys and isinstance(value, (str, int)) and not isinstance(value, bool) and value != ""
     }
     params.setdefault("keepalives", 1)
     params.setdefault("keepalives_idle", 20)

@@ -1,0 +1,96 @@
+"""How the gateway talks to PostgreSQL (docs/operating.md, "Scaling each"): statements sent again and
+again on a connection are prepared there (psycopg's own counting, Django's server-side binding);
+GATEWAY_DB_PREPARE_AFTER=0 turns that off; connections made outside Django's pool (the LISTEN
+connection) are given libpq's parameters only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+
+from gateway.realtime import conninfo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_sent_again_and_again_is_prepared_on_its_connection():
+    after = settings.DATABASES["default"]["OPTIONS"]["prepare_threshold"]
+    assert after == 5  # the default
+    probe = f"probe_{uuid.uuid4().hex}"  # a statement no connection was sent before
+    statement = f'SELECT "approvals_agent"."id" AS {probe} FROM "approvals_agent" WHERE "approvals_agent"."name" = %s'
+
+    with transaction.atomic(), connection.cursor() as cursor:  # (one connection throughout)
+        for _ in range(after - 1):
+            cursor.execute(statement, ["nobody"])
+        assert not [s for s in prepared_statements() if probe in s]  # not yet: sent fewer times
+        cursor.execute(statement, ["nobody"])
+        cursor.execute(statement, ["nobody at all"])  # the same statement, another value
+        prepared = [s for s in prepared_statements() if probe in s]
+
+    assert len(prepared) == 1, prepared
+    assert '"approvals_agent"."name" = $1' in prepared[0]  # the values travel apart from the text
+
+
+PROBE = """
+import django
+django.setup()
+from django.conf import settings
+from django.db import connection
+options = settings.DATABASES["default"]["OPTIONS"]
+print(options.get("server_side_binding"), options.get("prepare_threshold"))
+with connection.cursor() as cursor:
+    for _ in range(10):
+        cursor.execute("SELECT %s::int", [1])
+    cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+    print(cursor.fetchone()[0])
+"""
+
+
+def run_with(**env: str) -> subprocess.CompletedProcess[str]:
+    """The probe in a process of its own, with `env`, on this test's database."""
+    db = connection.settings_dict
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    base["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, env={**base, "DJANGO_SETTINGS_MODULE": "gateway.settings", **env},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_gateway_db_prepare_after_sets_the_count_and_zero_turns_preparing_off():
+    three, off = run_with(GATEWAY_DB_PREPARE_AFTER="3"), run_with(GATEWAY_DB_PREPARE_AFTER="0")
+
+    assert three.returncode == 0, three.stderr
+    assert three.stdout.split() == ["True", "3", "1"]
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.split() == ["None", "None", "0"]  # Django's default: bound on the client, never prepared
+
+
+@pytest.mark.django_db
+def test_a_negative_gateway_db_prepare_after_is_refused_with_its_name():
+    done = run_with(GATEWAY_DB_PREPARE_AFTER="-1")
+
+    assert done.returncode != 0
+    assert "GATEWAY_DB_PREPARE_AFTER must be 0 or more, got -1" in done.stderr
+
+
+def test_the_listen_connection_is_given_libpqs_parameters_only():
+    info = conninfo()
+
+    assert "prepare_threshold" not in info  # psycopg's, not libpq's: the connection would be refused
+    assert "dbname=" in info and "keepalives=1" in info
