@@ -91,10 +91,15 @@ def signals_noted():
 def test_a_page_is_served_in_one_hop_to_a_lasting_thread_its_connection_given_back_before_its_answer(signals_noted):
     from gateway.pages import SyncChainHandler
 
+    from django.db import connection
+
     handler = SyncChainHandler()
     for _ in range(2):
         status, body = async_to_sync(served)(handler, "/login/", signals_noted)
         assert status == 200 and b"csrfmiddlewaretoken" in body
+        stats = connection.pool.get_stats()
+        # every connection but this test's own is back in the pool: the page threads keep none
+        assert stats["pool_available"] >= stats["pool_size"] - 1, stats
 
     first, second = signals_noted[:4], signals_noted[4:]
     for events in (first, second):
