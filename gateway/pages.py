@@ -47,8 +47,8 @@ class SyncChainHandler(ASGIHandler):
     closed after it is sent, as Django does.
 
     Django's handler runs a request's sync code in a thread made for that request (asgiref's
-    `ThreadSensitiveContext`: a new single-thread executor per request, shut down at its end); these
-    threads live as long as the process. Nor does this handler listen for the client going away
+    `ThreadSensitiveContext`: a new single-thread executor per request, shut down at its end); the
+    page threads live as long as the process. Nor does this handler listen for the client going away
     meanwhile: a sync view is not interrupted by that anyway (Django only cancels the task awaiting it)."""
 
     def load_middleware(self, is_async: bool = False) -> None:
@@ -71,8 +71,8 @@ class SyncChainHandler(ASGIHandler):
             body_file.close()
 
     def _serve(self, scope: dict[str, Any], body_file: Any) -> Any:
-        signals.request_started.send(sender=self.__class__, scope=scope)
         try:
+            signals.request_started.send(sender=self.__class__, scope=scope)
             request, response = self.create_request(scope, body_file)
             if request is not None:
                 response = self.get_response(request)
