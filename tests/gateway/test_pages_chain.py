@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
+from django.db import connection
 from django.urls import path
 
 from gateway.pages import SYNC_PAGE_PREFIXES, SyncChainHandler
@@ -89,10 +90,6 @@ def signals_noted():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_page_is_served_in_one_hop_to_a_lasting_thread_its_connection_given_back_before_its_answer(signals_noted):
-    from gateway.pages import SyncChainHandler
-
-    from django.db import connection
-
     handler = SyncChainHandler()
     for _ in range(2):
         status, body = async_to_sync(served)(handler, "/login/", signals_noted)
@@ -124,8 +121,6 @@ urlpatterns = [path("approvals/streamed/", streamed)]
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
 def test_a_streamed_page_is_sent_whole_and_finished_after_it_is_sent(signals_noted, settings):
-    from gateway.pages import SyncChainHandler
-
     settings.ROOT_URLCONF = __name__
 
     status, body = async_to_sync(served)(SyncChainHandler(), "/approvals/streamed/", signals_noted)
