@@ -7,7 +7,8 @@ takes 0.1 ms to run). Here the ORM composes it once per process, psycopg prepare
 on each database connection (`prepare=True`: the server keeps the plan; other statements are prepared
 after GATEWAY_DB_PREPARE_AFTER uses, or never when that is 0), and each click only sends the id. The
 rows become model instances exactly as the ORM makes them (the compiler's converters, `from_db`, the
-related populators), and the statement is recorded where Django records its own (`connection.queries_log`, for `CaptureQueriesContext` and DEBUG).
+related populators), and the statement is recorded where Django records its own
+(`connection.queries_log`, for `CaptureQueriesContext` and DEBUG).
 
 Elsewhere than PostgreSQL (SQLite for `make run`) the queryset runs as it is.
 """
