@@ -111,7 +111,7 @@ class Exchange:
     started: float  # time.monotonic() when the request reached the app
     status: int | None = None
     body: bytes = b""
-    ended: float | None = None  # when the whole answer was sent; None while in flight (or if it never was)
+    ended: float | None = None  # when the app handed over the last of its answer; None while in flight
 
     @property
     def answered(self) -> bool:
@@ -143,13 +143,15 @@ class RequestLog:
         self._exchanges.append(exchange)
 
         async def recorded(message: dict) -> None:
-            await send(message)
+            # Recorded before it is sent: once the client has the answer, the log has it too (sending
+            # first let a client read its answer and a test look at the log before the line was written).
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
             elif message["type"] == "http.response.body":
                 exchange.body += message.get("body", b"")
                 if not message.get("more_body", False):
                     exchange.ended = time.monotonic()
+            await send(message)
 
         await self.app(scope, receive, recorded)
 
