@@ -415,6 +415,10 @@ def approver_refusal(
     if allowed is None:
         return "not_approver", "This request cannot be decided from this channel."
     routed = routed_people(confirmation, channel_name=channel_name)
+    if identity and (routed["people"] or routed["stand_ins"]):
+        # The clicker is read now; the call's owner will be (self-approval, below): in one statement.
+        owner = confirmation.user_id if confirmation.user_id and not confirmation.allow_self_approval else ""
+        _read_users_at_once([_owner_identity(owner) if owner else None, identity])
     person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
     standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
     if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
@@ -459,6 +463,7 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
         return None
     own = user_id in (actor, identity)
     if not own and identity:
+        _read_users_at_once([_owner_identity(user_id), identity])
         owner = owner_of(user_id)
         own = owner is not None and owner == person_of(identity)
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
@@ -515,7 +520,7 @@ def _person_of(identity: str) -> str:
     kind, _, native = identity.partition(":")
     if kind in DJANGO_USER_KINDS and native:
         # A signed-in user (the page, the admin): their row, their person and a link of this identity, in one read.
-        row = _django_user_row(native, identity=identity)
+        row = _user_row(identity)
         if row is not None:
             return _user_person_key(row)
     linked = PersonIdentity.objects.filter(identity=identity).values_list("person_id", flat=True).first()
@@ -528,25 +533,62 @@ def _person_of(identity: str) -> str:
     return identity
 
 
-def _django_user_row(username: str, *, identity: str) -> tuple[int, int | None, int | None] | None:
-    """(the user's id, their directory person's id, the person `identity` is linked to) for the Django user
-    `username`; None if there is no such user. One statement written out: every click on the page and
-    every self-approval check makes it, and composing it with the ORM cost more than running it."""
+def _user_row(identity: str) -> tuple[int, int | None, int | None] | None:
+    """`_django_user_rows` for one `web:` / `admin:` identity (remembered within `people_memo`)."""
+    return _remembered("user", identity, lambda: _django_user_rows([identity])[identity])
+
+
+def _read_users_at_once(identities: list[str | None]) -> None:
+    """Within `people_memo`: the Django users behind these identities that are not known yet, read in
+    one statement and remembered (a click asks who clicked and whom the call was made for: one read,
+    not two). Identities of other kinds, and None, are left to their own reads."""
+    memo = _PEOPLE_MEMO.get()
+    if memo is None:
+        return
+    wanted = list(dict.fromkeys(i for i in identities if i and _django_username(i) and ("user", i) not in memo))
+    if len(wanted) > 1:
+        for identity, row in _django_user_rows(wanted).items():
+            memo[("user", identity)] = row
+
+
+def _django_username(identity: str) -> str:
+    """The username of a `web:` / `admin:` identity (a signed-in Django user); "" for any other."""
+    kind, _, native = identity.partition(":")
+    return native if kind in DJANGO_USER_KINDS else ""
+
+
+def _owner_identity(user_id: str) -> str | None:
+    """The identity `owner_of` reads a Django user by for this `user_id` (a username is `web:<name>`);
+    None if it names no Django user (an e-mail, a `person:` key, a chat identity)."""
+    kind, sep, native = user_id.partition(":")
+    if sep and kind in ACTOR_KINDS:
+        return user_id if _django_username(user_id) else None
+    return None if (sep and kind == "person") or "@" in user_id else f"web:{user_id}"
+
+
+def _django_user_rows(identities: list[str]) -> dict[str, tuple[int, int | None, int | None] | None]:
+    """For each `web:` / `admin:` identity: (the Django user's id, their directory person's id, the person
+    the identity is linked to), None if there is no such user. One statement written out, however many:
+    every click on the page and every self-approval check makes it, and composing it with the ORM cost
+    more than running it."""
     users = connection.ops.quote_name(get_user_model()._meta.db_table)
     people = connection.ops.quote_name(Person._meta.db_table)
     links = connection.ops.quote_name(PersonIdentity._meta.db_table)
+    values = ", ".join(["(%s::int, %s::text, %s::text)"] * len(identities))
+    params = [x for n, identity in enumerate(identities) for x in (n, identity, _django_username(identity))]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT u.id, p.id, (SELECT i.person_id FROM {links} i WHERE i.identity = %s LIMIT 1) "
-            f"FROM {users} u LEFT JOIN {people} p ON p.user_id = u.id WHERE u.username = %s",
-            [identity, username],
+            f"SELECT w.n, u.id, p.id, (SELECT i.person_id FROM {links} i WHERE i.identity = w.identity LIMIT 1) "
+            f"FROM (VALUES {values}) AS w (n, identity, username) "
+            f"JOIN {users} u ON u.username = w.username LEFT JOIN {people} p ON p.user_id = u.id",
+            params,
         )
-        row = cursor.fetchone()
-    return None if row is None else (row[0], row[1], row[2])
+        found = {n: (user, person, linked) for n, user, person, linked in cursor.fetchall()}
+    return {identity: found.get(n) for n, identity in enumerate(identities)}
 
 
 def _user_person_key(row: tuple[int, int | None, int | None]) -> str:
-    """`person_of`'s key for a Django user's row (`_django_user_row`): the person their identity is linked
+    """`person_of`'s key for a Django user's row (`_django_user_rows`): the person their identity is linked
     to, else their own person, else the user by id (so a renamed user stays one person)."""
     user_pk, own_person, linked = row
     if linked is not None:
@@ -581,7 +623,7 @@ def _owner_of(user_id: str) -> str | None:
         return person_key_by_email(user_id)
     # A Django username: the user's person, read with the user (and remembered as `person_of` would).
     identity = f"web:{user_id}"
-    row = _django_user_row(user_id, identity=identity)
+    row = _user_row(identity)
     if row is None:
         return None
     return _remembered("person", identity, lambda: _user_person_key(row))

@@ -10,8 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from approvals import selectors
 from approvals.audit import audit_verify
-from approvals.models import AuditEntry, ConfirmationRequest
+from approvals.models import ApproverResponse, AuditEntry, ConfirmationRequest, Person, PersonIdentity
 from approvals.services import audit as audit_service
 from tests.channels_ext.web.test_page import page_url, pending, signed_in
 
@@ -21,10 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #   the session, the user;
 #   BEGIN; the request under its row lock, with its agent's team (whether this user sees it: a team
 #   everyone belongs to needs no read of the user's teams), its channels;
-#   the call's owner (self-approval: is `u-42` a user?); the clicker's person (one read: user, person, link);
+#   who clicked and whom the call was made for (self-approval: is `u-42` a user?), in one read (each:
+#   user, person, link);
 #   the response; the conditional UPDATE; the event with its NOTIFY;
 #   the chain's three entries (response, request, event) in one statement; COMMIT.
-DECISION_STATEMENTS = 11
+DECISION_STATEMENTS = 10
 
 
 def kinds(captured) -> list[str]:
@@ -38,7 +40,7 @@ def kinds(captured) -> list[str]:
     return out
 
 
-def test_a_web_approval_makes_eleven_statements_and_its_record_verifies(agent, people):
+def test_a_web_approval_makes_ten_statements_and_its_record_verifies(agent, people):
     confirmation = pending(agent)
     alice = signed_in("alice")
     alice.get(page_url(confirmation))  # the page as drawn before the click
@@ -54,10 +56,57 @@ def test_a_web_approval_makes_eleven_statements_and_its_record_verifies(agent, p
     assert len(done) == DECISION_STATEMENTS, "\n".join(done)
     # read once, under its lock
     assert done.count("SELECT approvals_confirmationrequest") == 1
+    # the users behind the clicker and the call's owner, together
+    assert sum(kind.startswith("SELECT") and "approvals_personidentity" in query["sql"]
+               for kind, query in zip(done, captured.captured_queries)) == 1
     # the chain's entries of the click (response, transition, event), in one statement
     assert done.count("WITH approvals_audithead") == 1
     assert AuditEntry.objects.filter(agent_id=confirmation.agent_id).count() == entries_before + 3
     assert audit_verify().ok
+
+
+def user_reads(captured) -> int:
+    """The statements that read who a Django user is (user, person, link)."""
+    return sum("approvals_personidentity" in query["sql"] for query in captured.captured_queries)
+
+
+def test_the_clicker_and_the_user_the_call_is_for_are_read_together_and_kept_apart(agent, people):
+    """One read answers both questions, and each answer stays with its own question: the response is
+    alice's, not bob's (for whom the call was made), and she may approve it."""
+    body = agent.pre_tool_use("oa__purchase_pay", {"amount": 5}, user_id="bob").json()
+    alice = signed_in("alice")
+
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.post(reverse_page(body["confirmation_id"]), {"decision": "approve", "reason": ""})
+
+    assert response.status_code == 302
+    assert user_reads(captured) == 1
+    recorded = ApproverResponse.objects.get(confirmation_id=body["confirmation_id"])
+    assert (recorded.approver, recorded.person) == ("web:alice", selectors.person_of("web:alice"))
+    assert recorded.person == f"user:{people['alice'].pk}" != selectors.person_of("web:bob")
+    assert ConfirmationRequest.objects.get(pk=body["confirmation_id"]).status == "approved"
+
+
+def test_a_click_for_a_user_whose_person_the_clicker_is_linked_to_is_refused_from_that_one_read(agent, people):
+    """bob's person is also alice's (her page identity is linked to it): a call made for `bob` is hers."""
+    bobs = Person.objects.create(display_name="Bob", user=people["bob"])
+    PersonIdentity.objects.create(person=bobs, identity="web:alice")
+    body = agent.pre_tool_use("oa__purchase_pay", {"amount": 5}, user_id="bob").json()
+    alice = signed_in("alice")
+
+    with CaptureQueriesContext(connection) as captured:
+        alice.post(reverse_page(body["confirmation_id"]), {"decision": "approve", "reason": ""})
+
+    assert user_reads(captured) == 1
+    assert not ApproverResponse.objects.exists()
+    confirmation = ConfirmationRequest.objects.get(pk=body["confirmation_id"])
+    assert confirmation.status == "pending"
+    refused = confirmation.events.get(kind="refused_click")
+    assert refused.message == "You cannot approve a call made on your own behalf."
+
+
+def reverse_page(confirmation_id: str) -> str:
+    return page_url(ConfirmationRequest(pk=confirmation_id))
 
 
 def test_a_decision_whose_guessed_head_moved_is_chained_under_the_lock(agent, people):
