@@ -574,13 +574,15 @@ def _django_user_rows(identities: list[str]) -> dict[str, tuple[int, int | None,
     users = connection.ops.quote_name(get_user_model()._meta.db_table)
     people = connection.ops.quote_name(Person._meta.db_table)
     links = connection.ops.quote_name(PersonIdentity._meta.db_table)
-    values = ", ".join(["(%s::int, %s::text, %s::text)"] * len(identities))
+    # (The wanted rows as a UNION: SQLite, the embedded database, names no VALUES columns.)
+    wanted = " UNION ALL ".join(
+        ["SELECT CAST(%s AS INTEGER) AS n, CAST(%s AS TEXT) AS identity, CAST(%s AS TEXT) AS username"] * len(identities)
+    )
     params = [x for n, identity in enumerate(identities) for x in (n, identity, _django_username(identity))]
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT w.n, u.id, p.id, (SELECT i.person_id FROM {links} i WHERE i.identity = w.identity LIMIT 1) "
-            f"FROM (VALUES {values}) AS w (n, identity, username) "
-            f"JOIN {users} u ON u.username = w.username LEFT JOIN {people} p ON p.user_id = u.id",
+            f"FROM ({wanted}) w JOIN {users} u ON u.username = w.username LEFT JOIN {people} p ON p.user_id = u.id",
             params,
         )
         found = {n: (user, person, linked) for n, user, person, linked in cursor.fetchall()}

@@ -18,13 +18,17 @@ from approvals import services
 from approvals.config_schema import parse_config_text
 from approvals.models import Agent, ApproverResponse, ConfirmationRequest, Outbox
 from channels_ext.base import Callback
+from django.contrib.auth.models import User
+
+for name in ("alice", "carol"):
+    User.objects.create_user(name)  # (bob is no user: a person of his own)
 
 services.config_apply(config=parse_config_text('''
 channels: [{name: web, kind: web}]
-agents: [{name: bot, hooks: [{kind: approval_gate, channel: web, approvers: [alice, bob], approvals_required: 2}]}]
+agents: [{name: bot, hooks: [{kind: approval_gate, channel: web, approvers: [alice, bob, carol], approvals_required: 2}]}]
 '''), source="test")
 bot = Agent.objects.get(name="bot")
-asked = services.tool_call_pre(agent=bot, session_id="s", tool_name="deploy", tool_args={"to": "prod"})
+asked = services.tool_call_pre(agent=bot, session_id="s", tool_name="deploy", tool_args={"to": "prod"}, user_id="carol")
 confirmation = ConfirmationRequest.objects.get(pk=asked.confirmation_id)
 card = Outbox.objects.get(confirmation=confirmation)
 print("card", card.status, card.message_ref["url"].endswith(f"/approvals/{confirmation.pk}/"))
@@ -34,7 +38,7 @@ def click(actor):
         channel_name="web", callback=Callback(confirmation_id=str(confirmation.pk), decision="approve", actor=actor)
     ).code
 
-print("clicks", click("alice"), click("alice"), click("bob"))
+print("clicks", click("carol"), click("alice"), click("alice"), click("bob"))  # the call is carol's
 confirmation.refresh_from_db()
 print("decided", confirmation.status, ApproverResponse.objects.count())
 call_command("verify_audit")
@@ -60,6 +64,6 @@ def test_a_request_is_asked_decided_and_audited_on_the_embedded_database(tmp_pat
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert "card sent True" in lines
-    assert "clicks recorded duplicate decided" in lines
+    assert "clicks self_approval recorded duplicate decided" in lines
     assert "decided approved 2" in lines
     assert any(line.startswith("audit verified: 1 chain(s)") for line in lines), run.stdout
