@@ -1,4 +1,4 @@
-"""A prefork Celery worker's database connection (gateway/celery.py, docs/operating.md "The worker"):
+"""A prefork Celery worker's database connection (gateway/celery.py, docs/operating.md "Scaling each"):
 kept in the child's pool between tasks, not opened anew for each (celery/celery#10554), and checked as
 it is lent, so a connection that died between two tasks costs the second nothing.
 
