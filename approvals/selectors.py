@@ -417,8 +417,7 @@ def approver_refusal(
     routed = routed_people(confirmation, channel_name=channel_name)
     if identity and (routed["people"] or routed["stand_ins"]):
         # The clicker is read now; the call's owner will be (self-approval, below): in one statement.
-        owner = confirmation.user_id if confirmation.user_id and not confirmation.allow_self_approval else ""
-        _read_users_at_once([_owner_identity(owner) if owner else None, identity])
+        _read_users_at_once([_owner_identity("" if confirmation.allow_self_approval else confirmation.user_id), identity])
     person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
     standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
     if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
@@ -559,7 +558,9 @@ def _django_username(identity: str) -> str:
 
 def _owner_identity(user_id: str) -> str | None:
     """The identity `owner_of` reads a Django user by for this `user_id` (a username is `web:<name>`);
-    None if it names no Django user (an e-mail, a `person:` key, a chat identity)."""
+    None if it names no Django user (an e-mail, a `person:` key, a chat identity) or nobody ("")."""
+    if not user_id:
+        return None
     kind, sep, native = user_id.partition(":")
     if sep and kind in ACTOR_KINDS:
         return user_id if _django_username(user_id) else None
