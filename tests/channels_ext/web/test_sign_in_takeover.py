@@ -14,7 +14,13 @@ from django.contrib.auth.models import User
 from approvals.models import IdentityProviderLink, PeopleGroup, Person
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.channels_ext.web.test_who_may_see import csrf_of
-from tests.oidc.provider import GROUP_IDS, SUBJECTS, LocalProvider, callback_from_the_provider, sign_in_through_the_provider
+from tests.oidc.provider import (
+    GROUP_IDS,
+    SUBJECTS,
+    LocalProvider,
+    callback_from_the_provider,
+    sign_in_through_the_provider,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +59,9 @@ def assert_refused(landed: httpx.Response, words: str) -> None:
         ("password", "root@example.com"),
     ],
 )
-def test_an_idp_account_with_the_email_of_a_privileged_user_does_not_sign_in_as_them(live_gateway, idp, kind, idp_email):
+def test_an_idp_account_with_the_email_of_a_privileged_user_does_not_sign_in_as_them(
+    live_gateway, idp, kind, idp_email
+):
     root = User.objects.create_user(
         "root",
         email="root@example.com",
@@ -155,6 +163,21 @@ def test_the_same_subject_at_another_issuer_is_not_the_account_linked_at_the_fir
 
 # --------------------------------------------------------------------------- an admin links the rest
 
+LINKS = "/admin/approvals/identityproviderlink/"
+
+
+def admin_browser(live_gateway, username: str) -> httpx.Client:
+    client = idp_browser(live_gateway)
+    token = csrf_of(client, "/admin/login/")
+    client.post("/admin/login/", data={"username": username, "password": PASSWORD, "csrfmiddlewaretoken": token})
+    return client
+
+
+def link_in_the_admin(client: httpx.Client, *, user: User, issuer: str, subject: str) -> httpx.Response:
+    token = csrf_of(client, "/admin/")
+    fields = {"user": user.pk, "issuer": issuer, "subject": subject, "csrfmiddlewaretoken": token}
+    return client.post(f"{LINKS}add/", data=fields)
+
 
 def test_a_superuser_links_an_idp_subject_to_a_staff_user_in_the_admin(live_gateway, idp):
     User.objects.create_superuser("boss", password=PASSWORD)
@@ -162,19 +185,17 @@ def test_a_superuser_links_an_idp_subject_to_a_staff_user_in_the_admin(live_gate
     idp.put_account("root-at-idp", username="root", email="root@example.com")
     assert_refused(sign_in_through_the_provider(idp_browser(live_gateway), "root-at-idp"), NEEDS_AN_ADMIN)
 
-    admin = idp_browser(live_gateway)
-    admin.post("/admin/login/", data={"username": "boss", "password": PASSWORD, "csrfmiddlewaretoken": csrf_of(admin, "/admin/login/")})
-    add = "/admin/approvals/identityproviderlink/add/"
-    page = admin.get(add)
+    admin = admin_browser(live_gateway, "boss")
+    page = admin.get(f"{LINKS}add/")
     assert page.status_code == 200 and idp.issuer in page.text  # the configured issuer, filled in
-    saved = admin.post(add, data={"user": root.pk, "issuer": idp.issuer, "subject": "root-at-idp", "csrfmiddlewaretoken": csrf_of(admin, add)})
-    assert saved.url.path == "/admin/approvals/identityproviderlink/", saved.text
+    saved = link_in_the_admin(admin, user=root, issuer=idp.issuer, subject="root-at-idp")
+    assert saved.url.path == LINKS, saved.text
 
     client = idp_browser(live_gateway)
     landed = sign_in_through_the_provider(client, "root-at-idp", start="/oidc/authenticate/?next=/admin/")
     assert landed.url.path == "/admin/" and signed_in_as(client) == "root"
     # The same subject cannot be linked twice.
-    again = admin.post(add, data={"user": root.pk, "issuer": idp.issuer, "subject": "root-at-idp", "csrfmiddlewaretoken": csrf_of(admin, add)})
+    again = link_in_the_admin(admin, user=root, issuer=idp.issuer, subject="root-at-idp")
     assert "already exists" in again.text and IdentityProviderLink.objects.count() == 1
 
 
@@ -185,15 +206,13 @@ def test_only_a_superuser_links_or_unlinks(live_gateway, idp):
     staff.user_permissions.add(*Permission.objects.filter(codename__endswith="identityproviderlink"))
     target = User.objects.create_superuser("boss", password=PASSWORD)
     link = IdentityProviderLink.objects.create(user=target, issuer=idp.issuer, subject="boss-at-idp")
-    client = idp_browser(live_gateway)
-    client.post("/admin/login/", data={"username": "sam", "password": PASSWORD, "csrfmiddlewaretoken": csrf_of(client, "/admin/login/")})
+    client = admin_browser(live_gateway, "sam")
 
-    add = "/admin/approvals/identityproviderlink/add/"
-    assert client.get(add).status_code == 403
+    assert client.get(f"{LINKS}add/").status_code == 403
+    assert link_in_the_admin(client, user=target, issuer=idp.issuer, subject="sam-at-idp").status_code == 403
     token = csrf_of(client, "/admin/")
-    posted = client.post(add, data={"user": target.pk, "issuer": idp.issuer, "subject": "sam-at-idp", "csrfmiddlewaretoken": token})
-    assert posted.status_code == 403
-    assert client.post(f"/admin/approvals/identityproviderlink/{link.pk}/delete/", data={"post": "yes", "csrfmiddlewaretoken": token}).status_code == 403
+    deleted = client.post(f"{LINKS}{link.pk}/delete/", data={"post": "yes", "csrfmiddlewaretoken": token})
+    assert deleted.status_code == 403
     assert list(IdentityProviderLink.objects.values_list("subject", flat=True)) == ["boss-at-idp"]
 
 
@@ -219,7 +238,8 @@ def test_only_the_group_ids_the_operator_lists_are_mapped_never_a_group_name(liv
     operator listed in GATEWAY_OIDC_GROUPS makes someone a member of the gateway's `payments`."""
     payments = PeopleGroup.objects.create(name="payments")
     by_hand = PeopleGroup.objects.create(name="on-call")  # not in the mapping: the admin's to give
-    idp.put_account("eve", username="eve", email="eve@example.com", groups=["payments", "Payments", "research", "on-call"])
+    made_up = ["payments", "Payments", "research", "on-call"]  # groups named like the gateway's
+    idp.put_account("eve", username="eve", email="eve@example.com", groups=made_up)
     sign_in_through_the_provider(idp_browser(live_gateway), "eve")
     eve = User.objects.get(username="eve").person
     assert list(eve.groups.all()) == []
@@ -231,11 +251,12 @@ def test_only_the_group_ids_the_operator_lists_are_mapped_never_a_group_name(liv
 
     # A listed group the claim no longer carries is taken away; a group the mapping does not name stays.
     dana.groups.add(by_hand)
-    idp.put_account(SUBJECTS["dana"], username="dana", email="dana@example.com", name="Dana Payments", groups=[GROUP_IDS["research"]])
+    account = {"username": "dana", "email": "dana@example.com", "name": "Dana Payments"}
+    idp.put_account(SUBJECTS["dana"], **account, groups=[GROUP_IDS["research"]])
     try:
         sign_in_through_the_provider(idp_browser(live_gateway), "dana")
-    finally:
-        idp.put_account(SUBJECTS["dana"], username="dana", email="dana@example.com", name="Dana Payments", groups=[GROUP_IDS["payments"]])
+    finally:  # the provider outlives this test: Dana is back in payments at the IdP
+        idp.put_account(SUBJECTS["dana"], **account, groups=[GROUP_IDS["payments"]])
     assert sorted(dana.groups.values_list("name", flat=True)) == ["on-call", "research"]
 
 
@@ -255,15 +276,18 @@ def test_a_replayed_authorization_code_sends_the_person_back_to_sign_in(live_gat
     assert_refused(replayed, DID_NOT_WORK)
     assert signed_in_as(attacker) is None
 
-    # A made-up code, and the whole callback URL opened a second time.
+    # A made-up code, and the victim's whole callback URL (its state is not the attacker's session's).
     fresh = httpx.URL(attacker.get("/oidc/authenticate/", follow_redirects=False).headers["location"])
     made_up = attacker.get("/oidc/callback/", params={"code": "not-a-code", "state": fresh.params["state"]})
     assert_refused(made_up, DID_NOT_WORK)
-    assert_refused(victim.get(str(used)), DID_NOT_WORK)
+    assert_refused(attacker.get(str(used)), DID_NOT_WORK)
+    assert signed_in_as(attacker) is None and signed_in_as(victim) == "dana"
 
 
 @pytest.mark.parametrize("endpoint", ["OIDC_OP_TOKEN_ENDPOINT", "OIDC_OP_USER_ENDPOINT", "OIDC_OP_JWKS_ENDPOINT"])
-def test_an_unreachable_provider_at_the_callback_sends_the_person_back_to_sign_in(live_gateway, idp, settings, endpoint):
+def test_an_unreachable_provider_at_the_callback_sends_the_person_back_to_sign_in(
+    live_gateway, idp, settings, endpoint
+):
     closed = socket.socket()  # bound, never listening: a connection to it is refused at once
     closed.bind(("127.0.0.1", 0))
     try:
