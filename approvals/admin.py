@@ -39,7 +39,6 @@ from approvals.models import (
     ConfirmationEvent,
     ConfirmationRequest,
     Grant,
-    IdentityProviderLink,
     Outbox,
     Status,
     Team,
@@ -853,7 +852,7 @@ class ChannelAdmin(TeamScoped, ReadOnlyAdmin):
         return pretty_json(masked_config(obj))
 
 
-# --------------------------------------------------------------------------- teams and sign-in
+# --------------------------------------------------------------------------- teams
 
 
 @admin.register(Team)
@@ -889,20 +888,4 @@ class TeamAdmin(TeamScoped, admin.ModelAdmin):
         return ", ".join(obj.groups.values_list("name", flat=True)) if obj.pk else "—"
 
 
-@admin.register(IdentityProviderLink)
-class IdentityProviderLinkAdmin(ReadOnlyAdmin):
-    """Who signed in through the identity provider, as whom (made by the sign-in; deleted with the user)."""
-
-    list_display = ("subject", "user", "email", "issuer", "last_signed_in_at")
-    search_fields = ("subject", "email", "user__username")
-    list_select_related = ("user",)
-    fields = readonly_fields = ("user", "issuer", "subject", "email", "created_at", "last_signed_in_at")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_superuser
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.is_superuser
-
-
-from approvals import people_admin  # noqa: E402,F401  (the people directory's admin)
+from approvals import people_admin, sign_in_admin  # noqa: E402,F401  (the people directory's, the sign-in links')

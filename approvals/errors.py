@@ -52,3 +52,11 @@ class UnsupportedMediaType(GatewayError):
 
     status = 415
     code = "unsupported_media_type"
+
+
+class SignInNeedsAdmin(GatewayError):
+    """An identity provider's account whose e-mail is a user's who may not be linked by e-mail (staff, a
+    superuser, a password, linked already, a look-alike address): only an admin links it (docs/approving.md §7)."""
+
+    status = 403
+    code = "sign_in_needs_admin"

@@ -6,12 +6,14 @@ ImproperlyConfigured with the variable's name on a bad value.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.core.validators import slug_re
 
 from gateway.addresses import AllowList
 
@@ -326,8 +328,42 @@ if GATEWAY_OIDC_ENABLED:
         )
     globals().update({name: env_str(variable) for name, variable in _OIDC_REQUIRED.items()})
 GATEWAY_OIDC_LABEL = env_str("GATEWAY_OIDC_LABEL", "your organisation's sign-in")
-# The claim naming the user's groups (e.g. `groups`); empty: groups are left to the admin.
-GATEWAY_OIDC_GROUPS_CLAIM = env_str("GATEWAY_OIDC_GROUPS_CLAIM", "") or ""
+
+
+def _oidc_group_ids() -> dict[str, str]:
+    """GATEWAY_OIDC_GROUPS: a JSON object from the ids the IdP's groups claim carries to the directory's
+    group names; empty: the groups claim is not read. Ids, never names: anyone at the IdP may make a
+    group called `payments`, nobody but the IdP chooses its id."""
+    text = env_str("GATEWAY_OIDC_GROUPS")
+    if not text:
+        return {}
+    shape = 'a JSON object, {"<group id>": "<group name>", ...}'
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"GATEWAY_OIDC_GROUPS must be {shape}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"GATEWAY_OIDC_GROUPS must be {shape}")
+    for group_id, name in value.items():
+        if not group_id.strip() or not isinstance(name, str) or not slug_re.match(name) or len(name) > 64:
+            raise ImproperlyConfigured(
+                f"GATEWAY_OIDC_GROUPS: {group_id!r}: {name!r} must map a group id to a group's name "
+                f"(letters, digits, - and _, at most 64)"
+            )
+    return value
+
+
+# The IdP's group ids mapped to the directory's groups, and the claim that carries them (`groups` unless
+# said); neither set: groups are left to the admin.
+GATEWAY_OIDC_GROUPS = _oidc_group_ids()
+GATEWAY_OIDC_GROUPS_CLAIM = env_str("GATEWAY_OIDC_GROUPS_CLAIM", "groups" if GATEWAY_OIDC_GROUPS else "") or ""
+if GATEWAY_OIDC_GROUPS_CLAIM and not GATEWAY_OIDC_GROUPS:
+    raise ImproperlyConfigured(
+        "GATEWAY_OIDC_GROUPS_CLAIM is set but GATEWAY_OIDC_GROUPS lists no group ids: the claim's values are "
+        "not taken as group names (anyone at the identity provider may make a group with any name); list "
+        "the ids that count and the group each maps to, or unset GATEWAY_OIDC_GROUPS_CLAIM "
+        "(docs/reference/environment.md)"
+    )
 OIDC_RP_SCOPES = env_str("GATEWAY_OIDC_SCOPES", "openid email profile")
 OIDC_RP_SIGN_ALGO = env_str("GATEWAY_OIDC_SIGN_ALGO", "RS256")
 OIDC_USE_PKCE = True

@@ -10,7 +10,8 @@
 - `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
 - `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
-- `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups).
+- `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups);
+  an admin's link of a subject to a user.
 
 Callers outside `approvals.services` use these names (`services.confirmation_respond(...)`);
 the modules import each other directly, never through this package.
@@ -47,7 +48,7 @@ from approvals.services.people import (
 )
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
-from approvals.services.sign_in import user_from_identity_provider
+from approvals.services.sign_in import identity_provider_link_create, user_from_identity_provider
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "grant_revoke",
     "grants_end_session",
     "hook_event_run",
+    "identity_provider_link_create",
     "person_for_user",
     "person_identity_link",
     "person_link_by_email",

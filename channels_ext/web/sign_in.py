@@ -8,11 +8,15 @@ answer 404 and the sign-in pages show no button. Local passwords keep working ei
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import requests
 from django.conf import settings
+from django.contrib import messages
 from django.core.exceptions import SuspiciousOperation
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import (
     OIDCAuthenticationCallbackView,
@@ -20,12 +24,15 @@ from mozilla_django_oidc.views import (
 )
 
 from approvals import services
-from approvals.errors import InvalidInput
+from approvals.errors import InvalidInput, SignInNeedsAdmin
+
+logger = logging.getLogger(__name__)
 
 
 class IdentityProviderBackend(OIDCAuthenticationBackend):
     """The verified ID token and the userinfo, turned into a user by `services.user_from_identity_provider`
-    (by subject first, then a verified email, else a new user), groups synced from the groups claim."""
+    (by subject first, then a verified email of a user sign-in may link, else a new user), the listed
+    groups synced from the groups claim. SignInNeedsAdmin leaves it for `callback` to tell the person."""
 
     def get_or_create_user(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
         issuer = settings.GATEWAY_OIDC_ISSUER
@@ -37,7 +44,10 @@ class IdentityProviderBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("userinfo is about another subject than the ID token")
         try:
             return services.user_from_identity_provider(
-                issuer=issuer, claims={**payload, **claims}, groups_claim=settings.GATEWAY_OIDC_GROUPS_CLAIM
+                issuer=issuer,
+                claims={**payload, **claims},
+                groups_claim=settings.GATEWAY_OIDC_GROUPS_CLAIM,
+                group_ids=settings.GATEWAY_OIDC_GROUPS,
             )
         except InvalidInput as exc:
             raise SuspiciousOperation(str(exc)) from None
@@ -55,9 +65,18 @@ def start(request: HttpRequest) -> HttpResponse:
 
 
 def callback(request: HttpRequest) -> HttpResponse:
-    """Back from the identity provider: signed in and on to `next` (the inbox), or to the sign-in page."""
+    """Back from the identity provider: signed in and on to `next` (the inbox), or to the sign-in page
+    saying it did not work — also when the provider refuses the code (spent, made up, another
+    session's), cannot be reached, or its answer does not check out; never a server error."""
     _enabled()
-    return OIDCAuthenticationCallbackView.as_view()(request)
+    try:
+        return OIDCAuthenticationCallbackView.as_view()(request)
+    except SignInNeedsAdmin as exc:
+        messages.error(request, exc.message)
+        return HttpResponseRedirect(reverse("approval-login"))
+    except (requests.RequestException, SuspiciousOperation) as exc:
+        logger.warning("sign-in with the identity provider failed: %s: %s", exc.__class__.__name__, exc)
+        return HttpResponseRedirect(settings.LOGIN_REDIRECT_URL_FAILURE)
 
 
 def sign_in_options(request: HttpRequest) -> dict[str, Any]:

@@ -14,6 +14,7 @@ SHOW = (
     "import django, json; django.setup(); from django.conf import settings as s; "
     "print(json.dumps({'on': s.GATEWAY_OIDC_ENABLED, 'backends': s.AUTHENTICATION_BACKENDS, "
     "'token': getattr(s, 'OIDC_OP_TOKEN_ENDPOINT', None), 'groups': s.GATEWAY_OIDC_GROUPS_CLAIM, "
+    "'group_ids': s.GATEWAY_OIDC_GROUPS, "
     "'scopes': s.OIDC_RP_SCOPES, 'pkce': s.OIDC_USE_PKCE}))"
 )
 FULL = {
@@ -36,17 +37,44 @@ def settings_with(tmp_path: Path, **variables: str) -> subprocess.CompletedProce
 def test_it_is_off_unless_configured(tmp_path):
     shown = json.loads(settings_with(tmp_path).stdout)
     assert shown["on"] is False and shown["token"] is None
+    assert shown["groups"] == "" and shown["group_ids"] == {}  # the groups claim is not mapped
     assert shown["backends"] == ["django.contrib.auth.backends.ModelBackend"]
 
 
 def test_configured_it_is_on_beside_local_passwords(tmp_path):
-    shown = json.loads(settings_with(tmp_path, **FULL, GATEWAY_OIDC_GROUPS_CLAIM="groups").stdout)
+    shown = json.loads(settings_with(tmp_path, **FULL).stdout)
     assert shown["on"] is True and shown["token"] == "https://login.example.com/token"
     assert shown["backends"] == [
         "channels_ext.web.sign_in.IdentityProviderBackend",
         "django.contrib.auth.backends.ModelBackend",
     ]
-    assert shown["groups"] == "groups" and shown["scopes"] == "openid email profile" and shown["pkce"] is True
+    assert shown["groups"] == "" and shown["group_ids"] == {}
+    assert shown["scopes"] == "openid email profile" and shown["pkce"] is True
+
+
+GROUP_IDS = '{"5f2d1c9a-7b3e-4e8a-9c61-2a4f0e7d3b15": "payments", "CN=Research,OU=Groups,DC=corp": "research"}'
+
+
+def test_listed_group_ids_turn_the_groups_claim_on(tmp_path):
+    shown = json.loads(settings_with(tmp_path, **FULL, GATEWAY_OIDC_GROUPS=GROUP_IDS).stdout)
+    assert shown["groups"] == "groups"  # the claim's usual name, unless GATEWAY_OIDC_GROUPS_CLAIM says another
+    assert shown["group_ids"] == {"5f2d1c9a-7b3e-4e8a-9c61-2a4f0e7d3b15": "payments", "CN=Research,OU=Groups,DC=corp": "research"}
+    shown = json.loads(settings_with(tmp_path, **FULL, GATEWAY_OIDC_GROUPS=GROUP_IDS, GATEWAY_OIDC_GROUPS_CLAIM="roles").stdout)
+    assert shown["groups"] == "roles"
+
+
+def test_a_groups_claim_without_the_ids_it_may_name_stops_the_process(tmp_path):
+    """The claim's names were taken as group names before: any IdP user who can make a group could make
+    one called `payments`. Now the operator lists the ids; a configuration that does not, stops."""
+    result = settings_with(tmp_path, **FULL, GATEWAY_OIDC_GROUPS_CLAIM="groups")
+    assert result.returncode != 0 and "ImproperlyConfigured" in result.stderr
+    assert "GATEWAY_OIDC_GROUPS_CLAIM is set but GATEWAY_OIDC_GROUPS" in result.stderr
+
+
+def test_a_bad_group_list_stops_the_process_naming_it(tmp_path):
+    for bad in ("payments", "[\"a\"]", '{"a": "Payments Approvers"}', '{"": "payments"}', '{"a": 7}'):
+        result = settings_with(tmp_path, **FULL, GATEWAY_OIDC_GROUPS=bad)
+        assert result.returncode != 0 and "ImproperlyConfigured: GATEWAY_OIDC_GROUPS" in result.stderr, (bad, result.stderr)
 
 
 def test_a_half_made_configuration_stops_the_process_naming_what_is_missing(tmp_path):

@@ -15,12 +15,34 @@ export const CLIENT_ID = "approval-gateway";
 export const CLIENT_SECRET = "test-client-secret-of-the-approval-gateway";
 
 // The login the dev form takes is the subject (any password): opaque ids, as an IdP's are, so the
-// gateway must link by `sub` and not by a name. Each has an email, a username and the groups claim.
+// gateway must link by `sub` and not by a name. Each has an email, a username and the groups claim,
+// whose values are the groups' ids at the IdP (as Entra ID sends them), not their names.
+export const GROUP_IDS = {
+  payments: "5f2d1c9a-7b3e-4e8a-9c61-2a4f0e7d3b15",
+  research: "9a8e2b41-3c7d-4f06-b5e2-71c0d6a9f384",
+};
 export const PEOPLE = {
-  "7f3a91c2": { username: "dana", email: "dana@example.com", name: "Dana Payments", groups: ["payments"] },
-  "b40e5d17": { username: "erik", email: "erik@example.com", name: "Erik Research", groups: ["research"] },
+  "7f3a91c2": { username: "dana", email: "dana@example.com", name: "Dana Payments", groups: [GROUP_IDS.payments] },
+  "b40e5d17": { username: "erik", email: "erik@example.com", name: "Erik Research", groups: [GROUP_IDS.research] },
   "c9d2e8a0": { username: "fay", email: "fay@example.com", name: "Fay Nogroups", groups: [] },
 };
+
+// Tests add or change an account as its owner could at a real IdP (a new account, a new email, an
+// unverified one, groups of their own making): PUT /test/accounts/<subject> with the account's JSON.
+function testAccounts(req, res) {
+  const subject = decodeURIComponent(req.url.slice("/test/accounts/".length));
+  let body = "";
+  req.on("data", (chunk) => (body += chunk));
+  req.on("end", () => {
+    try {
+      const account = JSON.parse(body);
+      PEOPLE[subject] = { email_verified: true, groups: [], ...account };
+      res.writeHead(204).end();
+    } catch (err) {
+      res.writeHead(400).end(String(err));
+    }
+  });
+}
 
 const redirectUris = (process.env.OIDC_REDIRECT_URIS || "").split(",").filter(Boolean);
 if (!redirectUris.length) {
@@ -59,7 +81,7 @@ server.listen(Number(process.env.OIDC_PORT || 0), "127.0.0.1", () => {
           return {
             sub: id,
             email: person.email,
-            email_verified: true,
+            email_verified: person.email_verified ?? true,
             name: person.name,
             preferred_username: person.username,
             groups: person.groups,
@@ -72,7 +94,10 @@ server.listen(Number(process.env.OIDC_PORT || 0), "127.0.0.1", () => {
     cookies: { keys: ["a-test-only-cookie-key-for-the-oidc-provider"] },
   });
   provider.on("server_error", (ctx, err) => console.error("server_error", err));
-  server.on("request", provider.callback());
+  const handle = provider.callback();
+  server.on("request", (req, res) =>
+    req.method === "PUT" && req.url.startsWith("/test/accounts/") ? testAccounts(req, res) : handle(req, res),
+  );
   process.stdout.write(JSON.stringify({ issuer }) + "\n");
 });
 

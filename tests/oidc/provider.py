@@ -21,6 +21,8 @@ CLIENT_ID = "approval-gateway"
 CLIENT_SECRET = "test-client-secret-of-the-approval-gateway"
 # The provider's people: the login its development form takes is the subject (provider.js).
 SUBJECTS = {"dana": "7f3a91c2", "erik": "b40e5d17", "fay": "c9d2e8a0"}
+# The groups claim carries the groups' ids at the IdP (provider.js), which the gateway maps to its own.
+GROUP_IDS = {"payments": "5f2d1c9a-7b3e-4e8a-9c61-2a4f0e7d3b15", "research": "9a8e2b41-3c7d-4f06-b5e2-71c0d6a9f384"}
 
 _FORM = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)
 _HIDDEN = re.compile(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"', re.S)
@@ -62,12 +64,18 @@ class LocalProvider:
             "OIDC_OP_JWKS_ENDPOINT": self.discovery["jwks_uri"],
             "OIDC_RP_SCOPES": "openid email profile groups",
             "GATEWAY_OIDC_GROUPS_CLAIM": "groups",
+            "GATEWAY_OIDC_GROUPS": {GROUP_IDS["payments"]: "payments", GROUP_IDS["research"]: "research"},
             "GATEWAY_OIDC_LABEL": "Example Corp SSO",
             "AUTHENTICATION_BACKENDS": [
                 "channels_ext.web.sign_in.IdentityProviderBackend",
                 "django.contrib.auth.backends.ModelBackend",
             ],
         }
+
+    def put_account(self, subject: str, **account: object) -> None:
+        """Add or change the IdP's account `subject` as its owner (or the IdP's admin) could: `username`,
+        `email`, `email_verified` (true unless given), `name`, `groups` (the claim's values)."""
+        httpx.put(f"{self.issuer}/test/accounts/{subject}", json=account, timeout=10).raise_for_status()
 
     def stop(self) -> None:
         self.process.stdin.close()  # it exits when its stdin closes
@@ -77,13 +85,30 @@ class LocalProvider:
             self.process.kill()
 
 
-def _post_form(client: httpx.Client, page: httpx.Response, fields: dict[str, str]) -> httpx.Response:
+def _post_form(client: httpx.Client, page: httpx.Response, fields: dict[str, str], *, follow: bool = True) -> httpx.Response:
     """Post the page's (first) form with its hidden fields and `fields`, as a browser would."""
     found = _FORM.search(page.text)
     assert found, f"no form on {page.url}: {page.text[:500]}"
     action, body = found.groups()
     data = {name: unescape(value) for name, value in _HIDDEN.findall(body)}
-    return client.post(urljoin(str(page.url), unescape(action)), data={**data, **fields})
+    return client.post(urljoin(str(page.url), unescape(action)), data={**data, **fields}, follow_redirects=follow)
+
+
+def callback_from_the_provider(client: httpx.Client, login: str, *, start: str = "/oidc/authenticate/?next=/approvals/") -> str:
+    """As `sign_in_through_the_provider`, but stopping where the provider sends the browser back: the
+    gateway's callback URL (with the authorization code and the state), not opened."""
+    page = client.get(start)
+    assert "/interaction/" in str(page.url), f"not at the provider's login: {page.url}"
+    page = _post_form(client, page, {"login": SUBJECTS.get(login, login), "password": "any password"}, follow=False)
+    while page.is_redirect or "/interaction/" in str(page.url):
+        if page.is_redirect:
+            following = page.next_request
+            if following.url.path == "/oidc/callback/":
+                return str(following.url)
+            page = client.send(following, follow_redirects=False)
+        else:  # the consent form
+            page = _post_form(client, page, {}, follow=False)
+    raise AssertionError(f"the provider did not send the browser back: {page.url}")
 
 
 def sign_in_through_the_provider(client: httpx.Client, login: str, *, start: str = "/oidc/authenticate/?next=/approvals/") -> httpx.Response:

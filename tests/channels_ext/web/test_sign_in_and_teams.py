@@ -86,7 +86,9 @@ def test_a_user_of_another_team_gets_404_and_cannot_decide_nor_see_the_request(l
 
 
 def test_a_local_user_with_the_verified_email_is_linked_not_duplicated(live_gateway, idp, teams):
-    local = User.objects.create_user("dana.k", email="Dana@example.com", password=PASSWORD)
+    """An admin made Dana's user for the directory (no password, not staff): her first sign-in links it.
+    A user who is staff, a superuser or has a password is linked by an admin (test_sign_in_takeover)."""
+    local = User.objects.create_user("dana.k", email="Dana@example.com")
 
     inbox = sign_in_through_the_provider(idp_browser(live_gateway), "dana")
 
