@@ -225,3 +225,44 @@ def person_state(person: Person | None, **changes: Any) -> PersonState:
         )
     fields = {k: tuple(v) if isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in changes.items()}
     return dataclasses.replace(stored, **fields)
+
+
+def _of_team(person: Person, team: Team) -> bool:
+    """Whether `person` is one of `team`'s people: in a group of it, or their user a member of it."""
+    if person.groups.filter(team=team).exists():
+        return True
+    return person.user is not None and selectors.in_teams(person.user, team.pk)
+
+
+def _linked_person(kind: str, native: str) -> Person | None:
+    """The person a channel id of `kind` is linked to (a username on the web, an address by e-mail)."""
+    if kind == "web":
+        return Person.objects.filter(user__username=native).select_related("user").first()
+    linked = Person.objects.filter(identities__identity=_identity_key(f"{kind}:{native}")).select_related("user").first()
+    if linked is None and kind == "email":
+        linked = Person.objects.filter(email__iexact=native).select_related("user").first()
+    return linked
+
+
+def strangers(team: Team, *, kind: str, entries: Iterable[str]) -> list[str]:
+    """The approver entries, on a channel of `kind`, that name someone who is not of `team`: a group of
+    another team or of none, a `person:` who is not of it (or nobody), a channel id linked to a person —
+    or on the web a user — who is not of it. A chat id linked to nobody is whoever is in that team's
+    chat. A team open to everyone has everyone: [] (docs/asking.md, "Who is asked")."""
+    if team.everyone:
+        return []
+    found = []
+    for entry in entries:
+        prefix, _, name = entry.partition(":")
+        if prefix == "group":
+            mine = PeopleGroup.objects.filter(name=name, team=team).exists()
+        elif prefix == "person":
+            person = Person.objects.filter(email__iexact=name).select_related("user").first()
+            mine = person is not None and _of_team(person, team)
+        else:
+            person = _linked_person(kind, entry)
+            user = get_user_model().objects.filter(username=entry).first() if kind == "web" and person is None else None
+            mine = (person is None or _of_team(person, team)) and (user is None or selectors.in_teams(user, team.pk))
+        if not mine:
+            found.append(entry)
+    return found
