@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import selectors
+from approvals import people_teams, selectors
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
 from channels_ext.base import CHANNEL_KINDS, ChannelError
@@ -68,10 +68,11 @@ def person_identity_link(*, person_id: int, identity: str, source: str = Identit
         raise Conflict(f"{identity} is already linked to {owner}") from None
 
 
-def person_link_by_email(*, person_id: int) -> LinkResult:
+def person_link_by_email(*, person_id: int, within_teams: frozenset[int] | None = None) -> LinkResult:
     """Ask every configured channel whose vendor can find an account by e-mail (Slack's
     `users.lookupByEmail`, Feishu's `contact.v3.user.batch_get_id`) for the person's account, and link
-    what is found. A vendor's failure is reported, never half-applied."""
+    what is found. A vendor's failure is reported, never half-applied. `within_teams` (a team's staff
+    asking): an account another team's gates name as a channel id is reported, not linked."""
     person = Person.objects.filter(pk=person_id).first()
     if person is None:
         raise NotFound("no such person")
@@ -91,6 +92,9 @@ def person_link_by_email(*, person_id: int) -> LinkResult:
         if not native:
             continue
         identity = f"{channel.kind}:{native}"
+        if within_teams is not None and people_teams.identity_teams(identity) - within_teams:
+            result.problems.append(f"{channel.name}: {identity} is an approver of a team you do not administer; a superuser can link it")
+            continue
         try:
             if person_identity_link(person_id=person.pk, identity=identity, source=IdentitySource.EMAIL_LOOKUP):
                 result.linked.append(identity)

@@ -12,7 +12,7 @@ import datetime as dt
 from typing import Any
 
 
-from approvals import selectors
+from approvals import people_teams, selectors
 from approvals.errors import InvalidInput
 from approvals.models import Agent, Channel, ConfirmationRequest, RequestKind
 from approvals.services.audit import audit_transaction
@@ -54,8 +54,12 @@ def question_create(
     and escalation unless given here.
 
     Refused (InvalidInput, nothing written) when the schema is outside the allowed subset, the default
-    answer does not fit it, or a channel does not exist or cannot show questions.
+    answer does not fit it, or a channel does not exist or cannot show questions. What the agent names
+    itself — a channel, approvers, an escalation — must be its own team's (`people_teams.strangers`);
+    a gate's own are the operator's configuration, used as configured.
     """
+    named = {"channel": bool(channel), "escalate_to": bool(escalate_channel)}  # by the agent, not by a gate
+    named_approvers = {"channel": approvers is not None, "escalate_to": bool(escalate_channel)}
     if not channel:
         spec = _gate_spec(agent, gate)
         channel = spec.channel
@@ -77,15 +81,22 @@ def question_create(
         if problem:
             message = f"the default answer does not fit the answer schema: {problem}"
             raise InvalidInput(message, details={"default_answer": [message]})
-    for key, name in (("channel", channel), ("escalate_to", escalate_channel)):
+    for key, name, who in (("channel", channel, approvers), ("escalate_to", escalate_channel, escalate_approvers or [])):
         if not name:
             continue
-        kind = Channel.objects.filter(name=name).values_list("kind", flat=True).first()
-        if kind is None:
-            raise InvalidInput(f"{key}: no channel named {name!r}", details={key: [f"no channel named {name!r}"]})
+        found = Channel.objects.filter(name=name).values_list("kind", "team_id").first()
+        if found is None or (named[key] and found[1] != agent.team_id):  # another team's is none of the agent's
+            message = f"no channel named {name!r} in the agent's team"
+            raise InvalidInput(f"{key}: {message}", details={key: [message]})
+        kind = found[0]
         if not asks_questions(kind):
             message = f"channel {name!r} is of kind {kind}, whose cards cannot take answers (docs/asking.md)"
             raise InvalidInput(message, details={key: [message]})
+        others = people_teams.strangers(agent.team, kind=kind, entries=who) if named_approvers[key] else []
+        if others:
+            message = f"not people of the agent's team ({agent.team.name}): {', '.join(others)}"
+            raise InvalidInput(f"{'approvers' if key == 'channel' else key}: {message}",
+                               details={"approvers" if key == "channel" else key: [message]})  # fmt: skip
     spec = AskSpec(
         gate=QUESTION_GATE,
         channel=channel,

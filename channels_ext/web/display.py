@@ -63,6 +63,37 @@ def web_channel_names(confirmation: ConfirmationRequest) -> list[str]:
     return names
 
 
+# `routed_refusal`'s code for a user the request was not routed to by name on that channel.
+NOT_ROUTED = "not_routed"
+
+
+def chat_channel_names(confirmation: ConfirmationRequest) -> list[str]:
+    """The request's channels that are not web channels (its own, and its escalation channel once it has
+    escalated): a person routed the request there by name or as a stand-in decides it on its page too."""
+    names = []
+    if confirmation.channel.kind != "web":
+        names.append(confirmation.channel.name)
+    escalated_to = confirmation.escalate_channel
+    if escalated_to is not None and escalated_to.kind != "web" and confirmation.escalated_at:
+        names.append(escalated_to.name)
+    return names
+
+
+def routed_refusal(confirmation: ConfirmationRequest, *, channel_name: str, username: str) -> tuple[str, str] | None:
+    """For a chat channel of the request (`chat_channel_names`): None if the signed-in user's person was
+    routed the request there — named by `group:` / `person:`, or standing in for someone routed it —
+    and may decide it; else why not (docs/approving.md, "People").
+
+    Only the people routed by name count: the channel's list holds chat ids, never usernames, so the
+    user is judged by their person alone (the empty actor matches no id), and a list with nobody routed
+    by name (raw ids, or `[]`: anyone in that chat) lets no one in from the web (`NOT_ROUTED`)."""
+    allowed = selectors.approvers_for_channel(confirmation, channel_name=channel_name)
+    routed = selectors.routed_people(confirmation, channel_name=channel_name)
+    if not allowed or not (routed["people"] or routed["stand_ins"]):
+        return NOT_ROUTED, f"This request is decided in the {channel_name} channel, not on this page."
+    return selectors.approver_refusal(confirmation, channel_name=channel_name, actor="", identity=f"web:{username}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Viewer:
     """What the signed-in user may do with one request on the web page."""
@@ -75,9 +106,10 @@ class Viewer:
 
 
 def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> bool:
-    """Who may read a request's page and arguments: staff, and the approvers of its web channels
-    (listed by username, or anyone signed in where the list is empty). Everyone else is told the
-    request does not exist — its arguments are what an approver is trusted with."""
+    """Who may read a request's page and arguments: staff, the approvers of its web channels (listed by
+    username, or anyone signed in where the list is empty), and the people it was routed to on its chat
+    channels (`routed_refusal`). Everyone else is told the request does not exist — its arguments are
+    what an approver is trusted with."""
     if not user.is_authenticated or not selectors.team_sees(user, confirmation):
         return False  # another team's request does not exist for them (docs/approving.md, "Teams")
     if user.is_staff or user.has_perm("approvals.view_confirmationrequest"):
@@ -93,11 +125,16 @@ def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationR
         )
         if refusal is None or refusal[0] == "self_approval":
             return True
+    for channel_name in chat_channel_names(confirmation):
+        refusal = routed_refusal(confirmation, channel_name=channel_name, username=username)
+        if refusal is None or refusal[0] == "self_approval":
+            return True
     return False
 
 
 def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> Viewer:
-    """Web approvers (usernames in `approvers`, [] = anyone) decide web requests; staff with
+    """Web approvers (usernames in `approvers`, [] = anyone) decide web requests, people routed a request
+    by name or as a stand-in decide it whatever its channel (`routed_refusal`); staff with
     `approvals.change_confirmationrequest` may decide any request (except one made on their own
     behalf); everyone else only looks. Nobody decides or sees another team's request."""
     channel_names = web_channel_names(confirmation)
@@ -119,6 +156,15 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
         )
         if refusal is None:
             return Viewer(can_decide=True, as_admin=False, channel_name=channel_name)
+    routed_on = ""
+    for chat_channel in chat_channel_names(confirmation):  # routed there by name: decides here as an approver
+        routed = routed_refusal(confirmation, channel_name=chat_channel, username=user.get_username())
+        if routed is None:
+            return Viewer(can_decide=True, as_admin=False, channel_name=chat_channel)
+        if routed[0] == "self_approval" and not channel_names:
+            # Routed it, but it is their own call: a forged click is refused as such on that channel. (Never
+            # a chat channel for anyone else: its list holds chat ids, which a username might spell.)
+            refusal, routed_on = routed, chat_channel
     channel_name = channel_names[0] if channel_names else WEB_PAGE_CHANNEL
     # Staff may step in for the approvers, but never on a call made on their own behalf.
     own_call = selectors.self_approval_refusal(
@@ -131,7 +177,7 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
     return Viewer(
         can_decide=False,
         as_admin=False,
-        channel_name=channel_name,
+        channel_name=routed_on or channel_name,
         why_read_only=refusal[1],
         can_view=may_view(user, confirmation),
     )
