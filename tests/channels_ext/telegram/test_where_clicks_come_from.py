@@ -18,6 +18,7 @@ from tests.channels_ext.contract import TOOL, request_state
 from tests.channels_ext.telegram.support import (
     ALICE,
     REASON_ASKED,
+    VALUES_ASKED,
     Card,
     Telegram,
     configure,
@@ -122,23 +123,30 @@ def test_a_channel_named_by_its_username_takes_taps_from_that_chat_only(live_gat
     assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
 
 
-def test_a_redelivered_reject_tap_asks_for_a_reason_once(live_gateway, fake_telegram):
-    confirmation_id, card = pending(live_gateway, fake_telegram)
+@pytest.mark.parametrize(
+    ("label", "asked", "answer", "decided"),
+    [
+        ("❌ Reject…", REASON_ASKED, "over budget", ("rejected", "over budget", None)),
+        ("✏️ Edit, then approve…", VALUES_ASKED, '{"amount": 8000}', ("approved", "", {"amount": 8000})),
+    ],
+)
+def test_a_redelivered_tap_that_asks_a_question_asks_it_once(live_gateway, fake_telegram, label, asked, answer, decided):
+    confirmation_id, card = pending(live_gateway, fake_telegram, gate_keys="        allow_edit: [amount]\n")
     telegram = Telegram(fake_telegram, live_gateway)
-    update = tap(fake_telegram, card.now(fake_telegram), card.buttons["❌ Reject…"], ALICE)
+    update = tap(fake_telegram, card.now(fake_telegram), card.buttons[label], ALICE)
 
     assert telegram.deliver(update) == 200
-    assert telegram.answer_to(update["callback_query"]["id"]) == REASON_ASKED
+    assert telegram.answer_to(update["callback_query"]["id"]) == asked
     # Telegram sends the same update again (our 200 was lost), then the same tap in a later update.
     assert telegram.deliver(update) == 200
     assert telegram.deliver({**update, "update_id": fake_telegram.new_update_id()}) == 200
 
-    wait_until(lambda: len(fake_telegram.calls("answerCallbackQuery")) == 3, what="each delivery answered")
+    assert len(fake_telegram.calls("answerCallbackQuery")) == 3  # each delivery answered, one question asked
     [question] = questions(fake_telegram)
-    # The one question still takes the reason.
-    assert telegram.deliver(reply(fake_telegram, question, "over budget", ALICE)) == 200
-    decided = ConfirmationRequest.objects.get(pk=confirmation_id)
-    assert (decided.status, decided.decision_reason) == ("rejected", "over budget")
+    # The one question still takes the answer.
+    assert telegram.deliver(reply(fake_telegram, question, answer, ALICE)) == 200
+    request = ConfirmationRequest.objects.get(pk=confirmation_id)
+    assert (request.status, request.decision_reason, request.approved_args) == decided
 
 
 def test_a_reject_tap_fetched_again_by_getupdates_asks_for_a_reason_once(live_gateway, fake_telegram):
