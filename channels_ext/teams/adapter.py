@@ -320,7 +320,8 @@ def check_place(activity: Activity, config: TeamsChannelConfig) -> None:
     # Authenticated, but not from here: 403, which Bot Framework does not redeliver (Teams retries only
     # an activity left unanswered for 15 s: learn.microsoft.com/microsoftteams/platform/bots/bot-basics).
     if activity.channel_id != TEAMS_CHANNEL_ID:
-        raise CallbackError(403, f"the activity comes from Bot Framework channel {str(activity.channel_id)[:40]!r}, not msteams")
+        where = str(activity.channel_id)[:40]
+        raise CallbackError(403, f"the activity comes from Bot Framework channel {where!r}, not {TEAMS_CHANNEL_ID}")
     tenants = activity_tenants(activity)
     if not tenants:
         raise CallbackError(403, "the activity names no Entra tenant")
