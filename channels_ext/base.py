@@ -293,7 +293,9 @@ class Callback:
     actor: str  # channel-native user id (Slack U…, Feishu ou_…, web username); recorded channel-qualified
     actor_name: str = ""
     reason: str = ""
-    dedupe_key: str = ""  # vendor event id, when the vendor redelivers
+    # Vendor event id, when the vendor redelivers: a second click with it is a duplicate. A dry run
+    # with one claims it too, so a redelivered tap that asks a question (Telegram's Reject…) asks once.
+    dedupe_key: str = ""
     dry_run: bool = False  # only say what deciding would do (e.g. before opening a reject modal)
     edits: dict[str, Any] | None = None  # approve with these arguments changed: {path: new value}
     # Approve with arguments changed as the approver typed them in a form: {path: text}. The gateway

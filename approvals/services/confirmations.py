@@ -610,7 +610,8 @@ def _respond(
     name = callback.actor_name or callback.actor
     who = {"name": name}
 
-    if callback.dedupe_key and not callback.dry_run:
+    # A dry run that carries the vendor's id claims it too (a tap that asks a question: `Callback.dedupe_key`).
+    if callback.dedupe_key:
         try:
             with transaction.atomic():
                 CallbackReceipt.objects.create(channel=channel_name, key=callback.dedupe_key[:200])
@@ -849,25 +850,28 @@ def _checked_edits(confirmation: ConfirmationRequest, callback: Callback) -> tup
     """The edits that change something, and the approved arguments as stored; refuses what the gate does not allow.
 
     Only the paths fixed when the request was made (`editable_paths`: the gate's `allow_edit`
-    minus masked values) may change, each keeping its JSON type (`_edited_values`). A new value
+    minus masked values) may be given at all, each keeping its JSON type (`_edited_values`). A new value
     that the agent's masks (redact) would hide is refused too: the gateway never stores secrets,
     and an edit is stored to be shown and audited.
     """
+    given = {path for path, text in (callback.typed_edits or {}).items() if text.strip()} | set(callback.edits or {})
+    allowed = list(confirmation.editable_paths or [])
+    # An input for any other path is refused, before its value is read and even if it holds the proposed
+    # value: no form the gateway draws has one, so the click was crafted, and it decides nothing.
+    outside = sorted(given - set(allowed))
+    if outside and not allowed:
+        raise _Refused("edit_refused", EDIT_NOT_ALLOWED)
+    if outside:
+        raise _Refused(
+            "edit_refused",
+            f"You may not change {', '.join(outside)}; the editable arguments are {', '.join(allowed)}.",
+        )
     proposed = _edited_values(confirmation, callback)
     if not proposed:
         return {}, None
     changed = {path: value for path, value in proposed.items() if get_path(confirmation.tool_args, path) != value}
     if not changed:
         return {}, None  # nothing differs: a plain approval
-    allowed = list(confirmation.editable_paths or [])
-    if not allowed:
-        raise _Refused("edit_refused", EDIT_NOT_ALLOWED)
-    outside = sorted(set(changed) - set(allowed))
-    if outside:
-        raise _Refused(
-            "edit_refused",
-            f"You may not change {', '.join(outside)}; the editable arguments are {', '.join(allowed)}.",
-        )
     approved = with_edits(confirmation.tool_args, changed)
     _, hooks = selectors.agent_hooks(agent=confirmation.agent)
     masked = mask_args(hooks, approved)

@@ -573,6 +573,8 @@ class SlackAdapter(ChannelAdapter):
         )
         if outcome.applied:
             return {"response_action": "clear"}
+        # A refused edit (an input outside the editable paths among them: the gateway's modal has none) is a
+        # 200 with the errors in the modal, which stays open; any other answer shows only Slack's own error.
         first = f"{cards.EDIT_BLOCK_PREFIX}0"
         return {"response_action": "errors", "errors": {first: outcome.message[:500]}}
 

@@ -15,8 +15,10 @@ cloud's fixed addresses, and the issuer is always checked. The token's
 `serviceurl` claim must name the activity's `serviceUrl`. Nothing of the
 body is read before that. The activity is then read with the Teams extension's
 types (`TeamsActivity`, Teams channel data, `AdaptiveCardInvokeValue`): it must
-come from the bot's own Entra tenant, and a click is an `invoke` named
-`adaptiveCard/action` whose `Action.Execute` carries one of our verbs. Its
+come from Teams (`channelId` msteams), from the bot's own Entra tenant and from
+the configured conversation, through the configured Bot Connector host
+(`check_place`); a click is an `invoke` named `adaptiveCard/action` whose
+`Action.Execute` carries one of our verbs. Its
 answer is the refreshed card (shown to the clicker at once); the worker's
 redraw shows it to everyone.
 """
@@ -32,6 +34,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import jwt
@@ -71,6 +74,7 @@ CLOCK_SKEW_SECONDS = 300.0
 HTTP_TIMEOUT_SECONDS = 10
 METADATA_TTL_SECONDS = 24 * 3600  # Bot Framework asks for the metadata to be cached, and refreshed daily
 
+TEAMS_CHANNEL_ID = "msteams"  # the `channelId` of activities from Microsoft Teams
 ADAPTIVE_CARD_ACTION = "adaptiveCard/action"
 INVOKE_CARD_RESPONSE = "application/vnd.microsoft.card.adaptive"
 INVOKE_MESSAGE_RESPONSE = "application/vnd.microsoft.activity.message"
@@ -263,22 +267,21 @@ class TeamsAdapter(ChannelAdapter):
     def handle_callback(self, request: HttpRequest, decide: Decide) -> HttpResponse:
         """Authenticate an activity from Teams, decide a click, and answer its invoke with the refreshed card.
 
-        Raises CallbackError(401) for a missing, forged, expired or misaddressed token
-        and CallbackError(400) for a malformed activity; `decide` is only called after both passed.
+        Raises CallbackError(401) for a missing, forged, expired or misaddressed token,
+        CallbackError(400) for a malformed activity and CallbackError(403) for one from another
+        place than the channel's (`check_place`); `decide` is only called after all three passed.
         """
         claims = self._validated_claims(_bearer_token(request.headers.get("Authorization")))
         try:
             activity = TeamsActivity.model_validate_json(request.body)
         except (ValidationError, ValueError):
             raise CallbackError(400, "the body is not a Bot Framework activity") from None
-        tenant = activity_tenant(activity)
-        if tenant is not None and tenant.casefold() != self.config.tenant_id.casefold():
-            raise CallbackError(403, "the activity comes from another Entra tenant than the bot's")
         claimed_service_url = claims.get_claim_value("serviceurl")
         if claimed_service_url is not None and (
             str(claimed_service_url).rstrip("/").casefold() != str(activity.service_url or "").rstrip("/").casefold()
         ):
             raise CallbackError(401, "the token was issued for another serviceUrl than the activity names")
+        check_place(activity, self.config)
         if activity.type != "invoke" or activity.name != ADAPTIVE_CARD_ACTION:
             return HttpResponse(status=200)  # conversation updates, messages to the bot…: nothing to do
         return JsonResponse(invoke_answer(decide(parse_card_action(activity))))
@@ -305,15 +308,50 @@ def _bearer_token(header: str | None) -> str:
     return token.strip()
 
 
-def activity_tenant(activity: Activity) -> str | None:
-    """The Entra tenant an activity comes from: Teams' channel data names it (and the conversation)."""
+def check_place(activity: Activity, config: TeamsChannelConfig) -> None:
+    """Refuse an authenticated activity that does not come from the channel's own place (docs/teams.md §3).
+
+    Bot Framework signs activities of every channel the bot is registered on (Web Chat, Direct Line, whose
+    clients write `from` and `channelData` themselves) and of every tenant and conversation the bot is in, all
+    with the same token: so the activity must come from Microsoft Teams (`channelId`), name the bot's Entra
+    tenant and no other, come from the configured conversation (a channel's thread is `<id>;messageid=<root>`:
+    a card forwarded to another chat is not), through the Bot Connector host the cards are posted to.
+    """
+    # Authenticated, but not from here: 403, which Bot Framework does not redeliver (Teams retries only
+    # an activity left unanswered for 15 s: learn.microsoft.com/microsoftteams/platform/bots/bot-basics).
+    if activity.channel_id != TEAMS_CHANNEL_ID:
+        where = str(activity.channel_id)[:40]
+        raise CallbackError(403, f"the activity comes from Bot Framework channel {where!r}, not {TEAMS_CHANNEL_ID}")
+    tenants = activity_tenants(activity)
+    if not tenants:
+        raise CallbackError(403, "the activity names no Entra tenant")
+    if any(tenant.casefold() != config.tenant_id.casefold() for tenant in tenants):
+        raise CallbackError(403, "the activity comes from another Entra tenant than the bot's")
+    conversation = activity.conversation.id if activity.conversation is not None else ""
+    if conversation.split(";", 1)[0] != config.conversation_id:
+        raise CallbackError(403, "the activity comes from another conversation than the channel's conversation_id")
+    if _origin(activity.service_url) != _origin(config.service_url):
+        raise CallbackError(403, "the activity names another Bot Connector than the channel's service_url")
+
+
+def activity_tenants(activity: Activity) -> set[str]:
+    """Every Entra tenant an activity names: Teams' channel data names it, and the conversation."""
     try:
         channel_data = ChannelData.model_validate(activity.channel_data) if isinstance(activity.channel_data, dict) else None
     except ValidationError:
         raise CallbackError(400, "the activity's channelData is not Teams channel data") from None
+    tenants = set()
     if channel_data is not None and channel_data.tenant is not None and channel_data.tenant.id:
-        return channel_data.tenant.id
-    return activity.conversation.tenant_id if activity.conversation is not None else None
+        tenants.add(channel_data.tenant.id)
+    if activity.conversation is not None and activity.conversation.tenant_id:
+        tenants.add(activity.conversation.tenant_id)
+    return tenants
+
+
+def _origin(url: str | None) -> tuple[str, str]:
+    """A URL's scheme and host (`https://smba.trafficmanager.net/emea/` and `…/teams/` are one Bot Connector)."""
+    parts = urlsplit(url or "")
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def parse_card_action(activity: Activity) -> Callback:

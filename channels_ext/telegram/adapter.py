@@ -6,7 +6,9 @@ ways (the channel's `mode`, docs/telegram.md): as webhook POSTs to
 `/channels/<name>/callback`, checked against the secret token Telegram sends in
 `X-Telegram-Bot-Api-Secret-Token` before anything is parsed, or by long polling
 `getUpdates` (channels_ext/telegram/connection.py), where the bot token is the
-authentication. Both hand the update to `handle_update`.
+authentication. Both hand the update to `handle_update`, which takes taps and
+replies from the configured chat only (a card forwarded elsewhere keeps its
+buttons, and a bot gets the taps of every chat it is in).
 
 What Telegram lacks, and how the card makes up for it:
 - **64 bytes of button data**: buttons carry compact signed data (buttons.py).
@@ -81,6 +83,7 @@ REASON_MAX_LENGTH = 1000
 PROMPT_SALT = "channels_ext.telegram.prompt"
 PROMPT_MAX_AGE_SECONDS = 24 * 3600
 PROMPT_MARK = "#gw="  # the question's link: <card url>#gw=<prompt token>
+NOT_THE_CHAT = "These buttons work only in the chat the gateway posted the request to."
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 # Bot API answers meaning the message is already as asked (a redraw that changes nothing).
 _NOT_MODIFIED = "message is not modified"
@@ -121,6 +124,7 @@ class _User(_Payload):
 
 class _Chat(_Payload):
     id: int
+    username: str = ""  # a public group's or channel's
 
 
 class _Entity(_Payload):
@@ -388,7 +392,17 @@ class TelegramAdapter(ChannelAdapter):
         )
         return f"Telegram POSTs the bot's updates to {callback_url}, with the channel's secret token."
 
+    def _in_the_chat(self, message: _Message | None) -> bool:
+        """Whether a tap's or a reply's message is in the configured chat: a card forwarded to another chat,
+        or a chat the bot was added to later, keeps its buttons, and the bot gets those taps too."""
+        return message is not None and self.config.is_the_chat(message.chat.id, message.chat.username)
+
     def _on_tap(self, query: _CallbackQuery, decide: Decide) -> None:
+        if not self._in_the_chat(query.message):
+            # Answered (the webhook gets 200), not refused with an error status: Telegram would redeliver it.
+            logger.warning("telegram channel %s: tap refused: not in the channel's chat", self.name)
+            self._answer(query.id, NOT_THE_CHAT, alert=True)
+            return
         peeked = buttons.peek(query.data)
         shown = self._shown_on(query.message) if peeked and peeked[0] in buttons.WHOLE_TURN else ()
         try:
@@ -409,15 +423,17 @@ class TelegramAdapter(ChannelAdapter):
             whole_turn=button.whole_turn,
             shown_ids=tuple(shown) if button.whole_turn else None,
         )
+        # Reject… and Edit… ask a question, after a dry run that claims the tap's id (`Callback.dedupe_key`):
+        # the same tap redelivered (same update, same query) is a duplicate and asks nothing a second time.
         if button.action == buttons.EDIT:
-            outcome = decide(dataclasses.replace(click, dry_run=True, dedupe_key=""))
+            outcome = decide(dataclasses.replace(click, dry_run=True))
             if outcome.applied and outcome.card is not None and not outcome.card.editable_paths:
                 outcome = dataclasses.replace(
                     outcome, applied=False, message="This request's gate does not allow editing."
                 )
             self._ask(query, outcome, user, "edit", None)
         elif button.decision == "reject":
-            outcome = decide(dataclasses.replace(click, dry_run=True, dedupe_key=""))
+            outcome = decide(dataclasses.replace(click, dry_run=True))
             self._ask(query, outcome, user, "reason", click.shown_ids)
         else:
             outcome = decide(click)
@@ -480,6 +496,8 @@ class TelegramAdapter(ChannelAdapter):
 
     def _on_reply(self, message: _Message, decide: Decide) -> None:
         replied = message.reply_to_message
+        if not self._in_the_chat(message):
+            return  # another chat: nothing is said there
         if (
             replied is None
             or replied.sender is None

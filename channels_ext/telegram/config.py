@@ -73,6 +73,13 @@ class TelegramChannelConfig(ChannelConfigBase):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
         return value
 
+    def is_the_chat(self, chat_id: int, username: str = "") -> bool:
+        """Whether a chat (an update's `chat.id`, and its `username` if public) is the one cards go to."""
+        wanted = self.chat_id.strip()
+        if wanted.startswith("@"):
+            return bool(username) and username.casefold() == wanted[1:].casefold()
+        return str(chat_id) == wanted
+
     @property
     def bot_id(self) -> int:
         """The bot's own user id: the token's part before the colon (its messages are `from` it)."""

@@ -58,6 +58,8 @@ class FakeTelegram:
         self.calls_: list[Call] = []
         self.messages: dict[tuple[str, int], dict[str, Any]] = {}  # (chat id, message id) -> the message
         self.webhook: dict[str, Any] | None = None
+        self._lose_confirmation = False
+        self.public_chats: dict[str, int] = {"ops_approvals": -1009876543210}  # @username -> chat id
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(1)
@@ -117,6 +119,19 @@ class FakeTelegram:
             self._failures.setdefault(method, deque()).extend(
                 _Failure(status, description, retry_after, drop) for _ in range(times)
             )
+
+    def lose_next_confirmation(self) -> None:
+        """The next getUpdates that confirms updates (`offset`) is dropped unanswered and confirms nothing: the
+        poller's connection is lost after it handled a batch, and Telegram hands the batch out again."""
+        with self._lock:
+            self._lose_confirmation = True
+
+    def _loses(self, method: str, params: dict[str, Any]) -> bool:
+        with self._lock:
+            lost = self._lose_confirmation and method == "getUpdates" and bool(params.get("offset"))
+            if lost:
+                self._lose_confirmation = False
+            return lost
 
     def calls(self, method: str | None = None) -> list[Call]:
         with self._lock:
@@ -193,10 +208,13 @@ class FakeTelegram:
             for button in row:
                 if len(button.get("callback_data", "").encode()) > 64:
                     return self._bad("Bad Request: BUTTON_DATA_INVALID")
+        chat = self._chat(chat_id)
+        if chat is None:
+            return self._bad("Bad Request: chat not found")
         message = {
             "message_id": self.new_message_id(),
             "date": int(time.time()),
-            "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id, "type": "group"},
+            "chat": chat,
             "from": self._bot(),
             "text": text,
             "parse_mode": params.get("parse_mode"),
@@ -210,8 +228,15 @@ class FakeTelegram:
         elif markup.get("force_reply"):
             message["force_reply"] = markup  # kept for the tests' eyes only
         with self._lock:
-            self.messages[(chat_id, message["message_id"])] = message
+            self.messages[(str(chat["id"]), message["message_id"])] = message
         return self._ok(_as_sent(message))
+
+    def _chat(self, chat_id: str) -> dict[str, Any] | None:
+        """The chat a sendMessage names: a numeric id, or a public chat's @username (`public_chats`)."""
+        if chat_id.startswith("@"):
+            found = self.public_chats.get(chat_id[1:])
+            return None if found is None else {"id": found, "type": "supergroup", "username": chat_id[1:]}
+        return {"id": int(chat_id), "type": "group"} if chat_id.lstrip("-").isdigit() else None
 
     def _api_editMessageText(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         key = (str(params.get("chat_id", "")), int(params.get("message_id", 0)))
@@ -304,6 +329,8 @@ class _Handler(BaseHTTPRequestHandler):
                 params[key] = json.loads(params[key])
         self.telegram._record(method, token, params)
         failure = self.telegram._failure(method)
+        if self.telegram._loses(method, params):
+            failure = _Failure(0, "", None, drop=True)
         if failure is not None and failure.drop:
             self.close_connection = True
             self.connection.shutdown(2)  # closed without an answer: the client sees a network error

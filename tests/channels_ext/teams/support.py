@@ -8,9 +8,11 @@ from typing import Any
 
 import httpx
 
+from approvals.models import Outbox
 from tests.channels_ext.contract import gated_agent_yaml
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.teams_api import FakeTeams
+from tests.support import wait_until
 
 CHANNEL = "ops-teams"
 CONVERSATION_ID = "19:3f1c6d2a9b8e4f7a@thread.tacv2"
@@ -44,6 +46,16 @@ def agents_yaml(timeout_seconds: int, gate_keys: str = "") -> str:
 def deploy(live_gateway, fake: FakeTeams, *, timeout_seconds: int = 1800, gate_keys: str = "") -> AgentClient:
     apply_config(channel_yaml(fake) + agents_yaml(timeout_seconds, gate_keys))
     return make_agent_client(live_gateway, "purchasing-bot")
+
+
+def pending_card(live_gateway, fake: FakeTeams, **deploy_keys) -> tuple[AgentClient, str, dict[str, dict[str, Any]]]:
+    """Deploy, make one gated call and wait for its card: (the agent, the request's id, the card's buttons by verb)."""
+    agent = deploy(live_gateway, fake, **deploy_keys)
+    answer = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
+    assert answer["decision"] == "pending", answer
+    wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists(), what="the card to be posted")
+    [activity] = fake.posted()
+    return agent, answer["confirmation_id"], {b["verb"]: b for b in executes(activity.card)}
 
 
 def invoke_activity(

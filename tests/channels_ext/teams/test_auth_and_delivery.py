@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
+from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest
 from tests.channels_ext.contract import request_state
 from tests.channels_ext.teams.support import (
     ALICE,
@@ -18,6 +18,7 @@ from tests.channels_ext.teams.support import (
     deploy,
     executes,
     invoke_activity,
+    pending_card,
     post_activity,
 )
 from tests.fakes.teams_api import BOT_NOT_IN_CONVERSATION, FakeTeams
@@ -26,15 +27,6 @@ from tests.support import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ACTIVITIES = f"/teams/v3/conversations/{CONVERSATION_ID}/activities"
-
-
-def pending_card(live_gateway, fake: FakeTeams, **deploy_keys):
-    agent = deploy(live_gateway, fake, **deploy_keys)
-    answer = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="u-42").json()
-    assert answer["decision"] == "pending", answer
-    wait_until(lambda: Outbox.objects.filter(kind="card", status="sent").exists(), what="the card to be posted")
-    [activity] = fake.posted()
-    return agent, answer["confirmation_id"], {b["verb"]: b for b in executes(activity.card)}
 
 
 @pytest.mark.parametrize(
