@@ -74,6 +74,7 @@ REQUEST_SIGNED = (
     "hook_name", "editable_paths", "edit_types", "arg_edits", "approved_args", "grant_options", "args_fingerprint",
     "turn_id", "expires_at", "on_timeout", "escalate_channel_id", "escalate_approvers", "callback_url",
     "approver_people", "escalate_approver_people", "kind", "answer_schema", "answer", "default_answer",
+    "reason",  # the question's text, or why the call was gated: what the people deciding read (migration 0016)
 )  # fmt: skip
 RESPONSE_SIGNED = ("confirmation_id", "approver", "person", "on_behalf_of", "decision", "reason", "channel")
 GRANT_SIGNED = (
@@ -127,26 +128,27 @@ def _mac(key: bytes, text: str) -> str:
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def decision_mac(model: type, row: Any) -> str:
+def decision_mac(model: type, row: Any, *, fields: tuple[str, ...] | None = None) -> str:
     """`<key id>:<HMAC>` of a decision row's signed fields (a model instance or a `values()` dict), under
-    the current key: what the service that writes those fields stores in `decision_mac`."""
+    the current key: what the service that writes those fields stores in `decision_mac`. (`fields`: other
+    than `SIGNED[model]`, for a migration that changes them.)"""
     key_id = current_key_id()
-    return f"{key_id}:{_mac(settings.GATEWAY_AUDIT_KEYS[key_id], _signed_text(model, row))}"
+    return f"{key_id}:{_mac(settings.GATEWAY_AUDIT_KEYS[key_id], _signed_text(model, row, fields))}"
 
 
-def decision_verifies(model: type, row: Any, mac: str | None = None) -> bool:
+def decision_verifies(model: type, row: Any, mac: str | None = None, *, fields: tuple[str, ...] | None = None) -> bool:
     """Whether a decision row's `decision_mac` (or `mac`) signs its fields as they are, under the key it
-    names (the current key or one listed in GATEWAY_AUDIT_OLD_KEYS)."""
+    names (the current key or one listed in GATEWAY_AUDIT_OLD_KEYS). (`fields`: as `decision_mac`'s.)"""
     if mac is None:
         mac = row["decision_mac"] if isinstance(row, Mapping) else row.decision_mac
     key_id, _, signature = (mac or "").partition(":")
     key = _audit_key(key_id)
-    return key is not None and hmac.compare_digest(signature, _mac(key, _signed_text(model, row)))
+    return key is not None and hmac.compare_digest(signature, _mac(key, _signed_text(model, row, fields)))
 
 
-def _signed_text(model: type, row: Any) -> str:
+def _signed_text(model: type, row: Any, fields: tuple[str, ...] | None = None) -> str:
     """`canonical({"signed": <name>, <field>: <value>, …})` of a decision row's signed fields."""
-    return _record_text("signed", _SIGNED_NAME[model], SIGNED[model], row)
+    return _record_text("signed", _SIGNED_NAME[model], fields or SIGNED[model], row)
 
 
 def _record_text(label: str, name: str, fields: tuple[str, ...], row: Any) -> str:
@@ -262,9 +264,9 @@ def content_of(source: str, row: Any) -> dict[str, Any]:
     return {f: getattr(row, f) for f in fields}
 
 
-def content_hash(source: str, row: Any) -> str:
-    """SHA-256 of what a chained row says now."""
-    text = _record_text("source", source, SOURCES[source], row)
+def content_hash(source: str, row: Any, *, fields: tuple[str, ...] | None = None) -> str:
+    """SHA-256 of what a chained row says now (`fields`: other than `SOURCES[source]`, for a migration)."""
+    text = _record_text("source", source, fields or SOURCES[source], row)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

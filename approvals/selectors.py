@@ -221,21 +221,33 @@ UNVERIFIED_REASON = (
     "the gateway's record of this decision does not verify (it was changed outside the gateway); "
     "the call is denied — an operator can see why with `manage.py verify_audit`"
 )
+# What an agent is told of a question whose record does not verify (docs/asking.md): it is cancelled.
+UNVERIFIED_QUESTION_REASON = (
+    "the gateway's record of this question does not verify (it was changed outside the gateway); "
+    "there is no answer — an operator can see why with `manage.py verify_audit`"
+)
 
 
 def verified(confirmation: ConfirmationRequest | ConfirmationState) -> ConfirmationRequest | ConfirmationState:
     """The request as an agent may be told it: as it is if its `decision_mac` signs what it says, else
-    rejected by the gateway (a decision changed behind the gateway's back never turns into `allow`)."""
+    rejected by the gateway (a decision changed behind the gateway's back never turns into `allow`) — a
+    question cancelled by the gateway, with no answer and no default (an answer changed behind the
+    gateway's back never reaches the agent)."""
     ok = confirmation.verified if isinstance(confirmation, ConfirmationState) else decision_verifies(
         ConfirmationRequest, confirmation
     )
     if ok:
         return confirmation
     state = confirmation if isinstance(confirmation, ConfirmationState) else ConfirmationState.from_row(confirmation)
-    logger.error("confirmation request %s does not verify against its decision_mac: answered as rejected", state.id)
+    if state.kind == RequestKind.QUESTION:
+        logger.error("question %s does not verify against its decision_mac: answered as cancelled", state.id)
+        status, reason = Status.CANCELLED, UNVERIFIED_QUESTION_REASON
+    else:
+        logger.error("confirmation request %s does not verify against its decision_mac: answered as rejected", state.id)
+        status, reason = Status.REJECTED, UNVERIFIED_REASON
     return dataclasses.replace(
-        state, status=Status.REJECTED, decided_by=SYSTEM_ACTOR, decided_by_name=SYSTEM_ACTOR,
-        decision_reason=UNVERIFIED_REASON, arg_edits={}, approved_args=None,
+        state, status=status, decided_by=SYSTEM_ACTOR, decided_by_name=SYSTEM_ACTOR, decision_reason=reason,
+        arg_edits={}, approved_args=None, answer=None, default_answer=None,
     )  # fmt: skip
 
 
@@ -267,8 +279,10 @@ def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[
     """The API's view of one question (docs/asking.md), from its row or a waiter's state of it.
 
     `answer` is the answer given (`answered`), or the question's `default_answer` once it expired
-    unanswered (`defaulted: true`); null while pending or once cancelled.
+    unanswered (`defaulted: true`); null while pending or once cancelled. `verified`: a question whose
+    record does not verify is shown cancelled by the gateway, with no answer.
     """
+    question = verified(question)
     status = question.status
     defaulted = status == Status.EXPIRED
     answered = status == Status.ANSWERED

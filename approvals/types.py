@@ -129,7 +129,9 @@ class ConfirmationState:
 
     @property
     def is_final(self) -> bool:
-        return self.status != "pending"
+        """Nothing more will change for the agent: decided — or not verifying, so answered at once as the
+        gateway's rejection or cancellation (`selectors.verified`) instead of waited on."""
+        return self.status != "pending" or not self.verified
 
     @classmethod
     def from_row(cls, row: Any, *, approved_by: list[str] | None = None) -> ConfirmationState:

@@ -21,6 +21,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from approvals import selectors, services
@@ -77,22 +78,22 @@ async def ask_human(
     headers = (ctx.headers if ctx is not None else None) or {}
     agent_id = await agent_id_for_key(bearer_token(headers.get("authorization")))
     if agent_id is None:  # (refused before the transport; a key revoked since is refused here)
-        raise ValueError("unknown or revoked API key")
+        raise ToolError("unknown or revoked API key")
     session_id = (headers.get("mcp-session-id") or "")[:200]
     try:
         question_id = await sync_to_async(_ask, thread_sensitive=False)(
             agent_id, question, schema_from_choices(choices, several=bool(several)), session_id
         )
     except GatewayError as exc:
-        raise ValueError(exc.message) from None
+        raise ToolError(exc.message) from None
     state = None
     while state is None or not state.is_final:  # the question's own deadline ends this
         state = await wait_for_final(confirmation_id=question_id, agent_id=agent_id, timeout=QUESTION_TIMEOUT_SECONDS)
         if state is None:
-            raise ValueError("the question is gone")
+            raise ToolError("the question is gone")
     text, failed = answer_text(selectors.question_as_dict(state))
-    if failed:
-        raise ValueError(text)
+    if failed:  # (a ToolError's text reaches the model; any other exception's stays in the log)
+        raise ToolError(text)
     return text
 
 

@@ -23,9 +23,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Receiver:
-    """An agent's webhook endpoint: records every POST and answers the statuses it is given, then 200."""
+    """An agent's webhook endpoint: records every POST and answers the statuses it is given, then 200
+    (with `hold_until`: the first answer only once that event is set)."""
 
-    def __init__(self, statuses: list[int] | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        statuses: list[int] | None = None,
+        headers: dict[str, str] | None = None,
+        hold_until: threading.Event | None = None,
+    ) -> None:
         self.statuses = deque(statuses or [])
         self.extra_headers = headers or {}
         self.requests: list[tuple[dict[str, str], bytes]] = []
@@ -38,7 +44,10 @@ class Receiver:
                 with receiver.arrived:
                     status = receiver.statuses.popleft() if receiver.statuses else 200
                     receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    first = len(receiver.requests) == 1
                     receiver.arrived.notify_all()
+                if first and hold_until is not None:
+                    hold_until.wait(timeout=60)
                 self.send_response(status)
                 for name, value in receiver.extra_headers.items():
                     self.send_header(name, value)
@@ -68,8 +77,10 @@ def receiver() -> Iterator[Receiver]:
     r.server.server_close()
 
 
-def start_receiver(statuses: list[int], headers: dict[str, str] | None = None) -> Receiver:
-    r = Receiver(statuses, headers)
+def start_receiver(
+    statuses: list[int], headers: dict[str, str] | None = None, hold_until: threading.Event | None = None
+) -> Receiver:
+    r = Receiver(statuses, headers, hold_until)
     r.thread.start()
     return r
 

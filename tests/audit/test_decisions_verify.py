@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -132,6 +133,16 @@ def test_a_pending_request_approved_in_sql_is_answered_as_rejected_to_the_long_p
     assert (polled["status"], polled["reason"]) == ("rejected", UNVERIFIED_REASON)
     again = ask(payer, idempotency_key="k-3")
     assert again["decision"] == "deny"
+
+
+def test_a_pending_request_changed_in_sql_is_answered_rejected_at_once_not_held(payer):
+    """A state that does not verify ends a wait: the long-poll is not held to its timeout."""
+    confirmation_id = ask(payer, args={"amount": 5})["confirmation_id"]
+    sql("""UPDATE approvals_confirmationrequest SET tool_args = '{"amount": 1}' WHERE id = %s""", [confirmation_id])
+    started = time.monotonic()
+    shown = payer.http.get(f"/api/v1/confirmations/{confirmation_id}/wait", params={"timeout": 60}, timeout=90).json()
+    assert time.monotonic() - started < 30
+    assert (shown["status"], shown["reason"]) == ("rejected", UNVERIFIED_REASON)
 
 
 def test_a_forged_notification_never_answers_a_held_ask_allow(payer):

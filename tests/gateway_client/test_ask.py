@@ -110,3 +110,21 @@ def test_the_async_client_asks_too(live_gateway, coder_key):
     asking = InThread(asyncio.run, ask())
     answer(the_question(), 7)
     assert asking.result() == 7
+
+
+def test_an_answer_made_in_sql_behind_the_gateways_back_is_no_answer(gateway_client, live_gateway, coder_key):
+    """A raw UPDATE, not the gateway's: the client gets `cancelled` and no value (docs/asking.md)."""
+    from approvals.selectors import UNVERIFIED_QUESTION_REASON
+    from tests.audit.test_questions_verify import notify, sql
+
+    client = gateway_client(live_gateway.url, coder_key, long_poll=20)
+    asking = InThread(client.ask, "Which vendor?", {"type": "string", "enum": ["Acme", "Globex"]}, channel="web")
+    question_id = the_question()
+    wait_until(lambda: parked(question_id), what="the client to wait")
+    sql("""UPDATE approvals_confirmationrequest SET status = 'answered', answer = '"Globex"', decided_at = now(), """
+        "decided_by = 'web:alice' WHERE id = %s", [question_id])  # fmt: skip
+    notify(question_id)
+    with pytest.raises(NoAnswer) as refused:
+        asking.result()
+    assert (refused.value.answer.status, refused.value.answer.value) == ("cancelled", None)
+    assert refused.value.answer.reason == UNVERIFIED_QUESTION_REASON

@@ -14,11 +14,13 @@ from mcp import StdioServerParameters
 from mcp_types import ElicitResult
 
 from approvals.models import ConfirmationRequest
+from approvals.selectors import UNVERIFIED_QUESTION_REASON
+from tests.audit.test_questions_verify import notify, sql
 from tests.fakes.slack_api import view_submission_payload
 from tests.integrations.conftest import ALICE, BOB, ROOT, WAIT, Gateway, slack_gate
 from tests.integrations.test_ask_examples import elements, press
 from tests.integrations.test_mcp_proxy import TIME_SERVER, mcp_client, proxy, text
-from tests.support import wait_until
+from tests.support import parked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,6 +64,22 @@ def test_ask_human_is_offered_beside_the_upstreams_tools_and_a_person_answers_it
     assert text(result) == '"CET" (answered by alice)'
     question = ConfirmationRequest.objects.get(kind="question")
     assert (question.reason, question.decided_by) == ("Which time zone is the customer in?", f"slack:{ALICE.id}")
+
+
+def test_ask_human_answered_in_sql_behind_the_gateways_back_gets_no_answer(gateway: Gateway):
+    """A raw UPDATE, not the gateway's: the question is answered `cancelled` with no answer (docs/asking.md)."""
+    key = gateway.configure(AGENT, [slack_gate(["time__convert_time"])])
+    with mcp_client(proxy(gateway.url, key, "time", "--ask-human", upstream=TIME_SERVER)) as (portal, client):
+        call = portal.start_task_soon(client.call_tool, "ask_human", {"question": "Which zone?", "choices": ["UTC", "CET"]})
+        gateway.approver.card(1)
+        question_id = str(ConfirmationRequest.objects.get(kind="question").pk)
+        wait_until(lambda: parked(question_id), WAIT, what="the proxy waiting for the answer")
+        sql("UPDATE approvals_confirmationrequest SET status = 'answered', answer = '\"CET\"', decided_at = now(), "
+            f"decided_by = 'slack:{ALICE.id}', decided_by_name = 'alice' WHERE id = %s", [question_id])  # fmt: skip
+        notify(question_id)
+        result = call.result(timeout=2 * WAIT)
+    assert text(result) == f"No answer: {UNVERIFIED_QUESTION_REASON}"
+    assert "CET" not in text(result)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"], ids=["input-required-2026", "elicitation-request"])
