@@ -35,6 +35,17 @@ class AlreadyDecided(Conflict):
     code = "already_decided"
 
 
+class RateLimited(GatewayError):
+    """Over a limit per caller (e.g. one-time links asked for per user); `retry_after`: seconds until it allows again."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, details: Any = None):
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+
 class IdempotencyMismatch(GatewayError):
     status = 422
     code = "idempotency_key_reused"

@@ -1,12 +1,15 @@
-"""The Celery app `gateway` (`celery -A gateway worker`, `celery -A gateway beat`)."""
+"""The Celery app `gateway` (`celery -A gateway worker`, `celery -A gateway beat`): Celery's Django
+fix-up keeping a prefork child's connection pool, and the worker's and beat's lines in the gateway's
+logging (`gateway.worker_logs`)."""
 
 import os
+from functools import cached_property
 from typing import Any
 
 from celery import Celery, signals
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
 
-from gateway import tracing
+from gateway import tracing, worker_logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 
@@ -75,7 +78,19 @@ def django_fixup(app: Celery) -> DjangoFixupKeepingThePool:
     return DjangoFixupKeepingThePool(app).install()
 
 
-app = Celery("gateway", fixups=[django_fixup])
+class GatewayCelery(Celery):
+    """A Celery app whose `celery worker` and `celery beat` log as the gateway does (`gateway.worker_logs`)."""
+
+    @cached_property
+    def Worker(self) -> Any:  # noqa: N802 (Celery's name)
+        return self.subclass_with_self(worker_logs.Worker)
+
+    @cached_property
+    def Beat(self) -> Any:  # noqa: N802 (Celery's name)
+        return self.subclass_with_self(worker_logs.Beat)
+
+
+app = GatewayCelery("gateway", fixups=[django_fixup])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 tracing.configure()  # off unless OTEL_* variables ask for traces

@@ -7,6 +7,10 @@ onto every record logged while they are bound — in the same task or thread, an
 `sync_to_async` and `asyncio` start from it (they copy the context). `GATEWAY_LOG_FORMAT=json`
 writes each record as one JSON object per line (python-json-logger); `text`, the default and what
 `make run` prints, stays the plain line it was. docs/operating.md ("Logs") lists the fields.
+
+`configure` is Django's LOGGING_CONFIG: every process that sets Django up (the ASGI server, the
+management commands) and the Celery worker and beat (`gateway.worker_logs`) log through the root's one
+handler, uvicorn's own lines and Python's warnings included.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import logging.config
 import re
 import uuid
 from collections.abc import Iterator
@@ -83,10 +88,35 @@ class ContextFilter(logging.Filter):
 
 def json_formatter() -> logging.Formatter:
     """One JSON object per record: time, level, logger, message, the bound fields and any `extra=`."""
+    from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
 
     return JsonFormatter(
         "%(asctime)s %(levelname)s %(name)s %(message)s",
         rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
         datefmt="%Y-%m-%dT%H:%M:%S%z",
+        # uvicorn passes its message again with terminal colours (`extra={"color_message": …}`): not a field.
+        reserved_attrs=[*RESERVED_ATTRS, "color_message"],
     )
+
+
+# The loggers uvicorn gives handlers of its own (its LOGGING_CONFIG) before it imports the application.
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def configure(config: dict[str, Any]) -> None:
+    """Django's LOGGING_CONFIG (settings.LOGGING_CONFIG): `config` applied (`dictConfig`), then
+    - uvicorn's loggers hand their records to the root's handler instead of writing them with uvicorn's
+      own (plain text, access lines on stdout): its start-up, warnings and access lines come out in the
+      gateway's format, once each. A logger uvicorn silenced (`--no-access-log`: no handler, not
+      propagating) stays silent, and its levels (`--log-level`) stay as uvicorn set them;
+    - Python's warnings (a library's `warnings.warn`, written straight to stderr otherwise) are logged
+      (`py.warnings`), in the same format."""
+    logging.config.dictConfig(config)
+    for name in SERVER_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.handlers:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
+    logging.captureWarnings(True)

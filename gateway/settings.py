@@ -413,6 +413,8 @@ GATEWAY_LOG_FORMAT = env_str("GATEWAY_LOG_FORMAT", "text")
 if GATEWAY_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"GATEWAY_LOG_FORMAT must be text or json, got {GATEWAY_LOG_FORMAT!r}")
 
+# Applied by `gateway.logs.configure`: uvicorn's own loggers and Python's warnings go through it too.
+LOGGING_CONFIG = "gateway.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

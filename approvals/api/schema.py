@@ -6,7 +6,8 @@ so that it describes what the server really does (docs/reference/api.md):
   (413 for a body over the limit, 415 for one that is not JSON);
 - the links between operations (`api_wide_answers`): the `confirmation_id` a pre-tool-use answers is the
   request the confirmation operations take — what schemathesis' stateful phase follows;
-- request bodies refuse unknown fields (`additionalProperties: false`);
+- request bodies refuse unknown fields (`additionalProperties: false`), and a pair of fields given
+  together where only one may be (`StrictSerializer.exclusive`: `not: {required: [a, b]}`);
 - strings never contain NUL (U+0000), which PostgreSQL cannot store.
 
 The extensions register themselves when this module is imported (`approvals.api.views` does);
@@ -86,7 +87,7 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 class StrictSerializerSchema(OpenApiSerializerExtension):
-    """`StrictSerializer` bodies refuse unknown fields, and say so."""
+    """`StrictSerializer` bodies refuse unknown fields, and both fields of an `exclusive` pair: they say so."""
 
     target_class = "approvals.api.views.StrictSerializer"
     match_subclasses = True
@@ -94,6 +95,12 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
         schema["additionalProperties"] = False
+        if direction == "request":
+            refused = [{"required": list(pair)} for pair in self.target.exclusive]
+            if len(refused) == 1:
+                schema["not"] = refused[0]
+            elif refused:
+                schema["not"] = {"anyOf": refused}
         return schema
 
 

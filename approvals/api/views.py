@@ -115,7 +115,10 @@ class JsonValueField(serializers.JSONField):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, so a typo is an error rather than ignored."""
+    """Refuses fields it does not know, so a typo is an error rather than ignored, and a body giving both
+    fields of an `exclusive` pair (the OpenAPI document says so too: `approvals.api.schema`)."""
+
+    exclusive: tuple[tuple[str, str], ...] = ()  # pairs of fields a body may give one of, not both
 
     def get_fields(self):
         # DRF deep-copies every declared field for each serializer, which re-runs each field's
@@ -131,6 +134,9 @@ class StrictSerializer(serializers.Serializer):
         unknown = set(self.initial_data) - set(self.fields)
         if unknown:
             raise serializers.ValidationError({k: ["unknown field"] for k in sorted(unknown)})
+        for first, second in self.exclusive:
+            if first in self.initial_data and second in self.initial_data:
+                raise serializers.ValidationError({second: [f"give {first} or {second}, not both"]})
         return attrs
 
 
@@ -429,6 +435,7 @@ class AnswerSchemaField(JsonObjectField):
 class QuestionCreateApi(APIView):
     @extend_schema_serializer(component_name="QuestionInput")
     class InputSerializer(StrictSerializer):
+        exclusive = (("channel", "gate"),)
         question = StrictCharField(min_length=1, max_length=4000)
         answer_schema = AnswerSchemaField()
         channel = StrictCharField(

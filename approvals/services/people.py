@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -18,13 +19,20 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals import people_teams, selectors
-from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.errors import Conflict, InvalidInput, NotFound, RateLimited
 from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
 from channels_ext.base import CHANNEL_KINDS, ChannelError
+from hooks import state as hook_state
 
 # A self-link lives this long: long enough to switch to the chat and back, short enough to be useless later.
 LINK_TOKEN_MINUTES = 15
 _LINK_SALT = "approvals.people.link"
+# Each one-time link is a message the gateway posts to an account the user names: a signed-in user may ask
+# for this many per window. Counted in the durable counters the `rate_limit` hook uses (`hooks.state`: one
+# statement, exact under concurrency, shared by every server process, purged by beat), under no agent.
+LINK_OFFERS_PER_WINDOW = 5
+LINK_OFFER_WINDOW_SECONDS = 600
+_LINK_OFFER_SCOPE = "people:link_offer"
 # Identities that are a Django user (`Person.user`), never a linked chat identity.
 _USER_KINDS = frozenset({"web", "admin"})
 
@@ -123,7 +131,22 @@ def person_for_user(*, user: AbstractBaseUser) -> Person:
 def person_link_offer(*, user: AbstractBaseUser, channel_name: str, account: str) -> str:
     """Post a one-time link to `account` on `channel_name` that, opened by `user` signed in, links that
     account to `user`'s person. Returns the identity it will link. Nothing is linked yet: only someone
-    who can read that account's messages and is signed in as `user` can finish it."""
+    who can read that account's messages and is signed in as `user` can finish it.
+
+    RateLimited past LINK_OFFERS_PER_WINDOW asks in LINK_OFFER_WINDOW_SECONDS by the same user (every ask
+    counts, refused ones too: an ask that learns an account is someone else's is an ask)."""
+    now = timezone.now()
+    window_end = hook_state.take_in_window(
+        agent="", scope=_LINK_OFFER_SCOPE, key=f"user:{user.pk}", limit=LINK_OFFERS_PER_WINDOW,
+        window_seconds=LINK_OFFER_WINDOW_SECONDS, now=now,
+    )  # fmt: skip
+    if window_end is not None:
+        wait = max(1, math.ceil((window_end - now).total_seconds()))
+        raise RateLimited(
+            f"Too many links asked for: at most {LINK_OFFERS_PER_WINDOW} every {LINK_OFFER_WINDOW_SECONDS // 60} "
+            f"minutes. Try again in {math.ceil(wait / 60)} minute{'s' if wait > 60 else ''}.",
+            retry_after=wait,
+        )
     channel = Channel.objects.filter(name=channel_name).first()
     if channel is None:
         raise InvalidInput(f"no channel named {channel_name!r}")

@@ -228,7 +228,9 @@ class EmailAdapter(ChannelAdapter):
         card = show(link.confirmation_id)
         if card is None:
             return self._page(request, status=404, link=link, problem="This approval request no longer exists.")
-        if link.expired() and card.is_pending:
+        if link.expired():
+            # Past the deadline the link decides nothing, whatever became of the request since (docs/email.md §4):
+            # it still shows the request, read-only, with its outcome once it has one.
             return self._page(request, status=410, link=link, card=card, problem=_EXPIRED_LINK)
         return self._page(request, link=link, card=card)
 

@@ -11,7 +11,9 @@ shows a page; the page's form POSTs the token back, and only that decides
   the answer is recorded as `email:<recipient>`; changing either breaks the
   signature.
 - **Expires with the request**: the deadline is the request's `expires_at` when
-  the mail was sent; after it the link is refused before anything is looked up.
+  the mail was sent; after it the link decides nothing: opened, it is answered
+  410 with the request read-only (and its outcome); POSTed, 410 before anything
+  is looked up.
 - **Single-use**: a recipient answers a request once. The first POST records
   their answer (one `ApproverResponse` per approver, a unique row); any later
   POST of that link, or of another of their links for the request, changes

@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import selectors, services
-from approvals.errors import GatewayError
+from approvals.errors import GatewayError, RateLimited
 from channels_ext.base import ChannelError
 
 LOGIN_URL = "approval-login"
@@ -48,6 +48,11 @@ def link_ask(request: HttpRequest) -> HttpResponse:
             identity = services.person_link_offer(
                 user=request.user, channel_name=form.cleaned_data["channel"], account=form.cleaned_data["account"]
             )
+        except RateLimited as exc:
+            form.add_error(None, exc.message)
+            refused = _page(request, form=form, channels=channels, status=exc.status)
+            refused["Retry-After"] = str(exc.retry_after)
+            return refused
         except GatewayError as exc:
             form.add_error(None, exc.message)
         except ChannelError as exc:
@@ -58,7 +63,14 @@ def link_ask(request: HttpRequest) -> HttpResponse:
     return _page(request, form=form, channels=channels)
 
 
-def _page(request: HttpRequest, *, form: LinkAskForm, channels: list[str], stand_in: StandInForm | None = None) -> HttpResponse:
+def _page(
+    request: HttpRequest,
+    *,
+    form: LinkAskForm,
+    channels: list[str],
+    stand_in: StandInForm | None = None,
+    status: int | None = None,
+) -> HttpResponse:
     stand_in = stand_in or StandInForm()
     return render(
         request,
@@ -70,7 +82,7 @@ def _page(request: HttpRequest, *, form: LinkAskForm, channels: list[str], stand
             "stand_in_form": stand_in,
             "stand_ins": selectors.stand_ins_of(user=request.user),
         },
-        status=400 if form.errors or stand_in.errors else 200,
+        status=status or (400 if form.errors or stand_in.errors else 200),
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -186,3 +187,27 @@ def test_a_long_poll_without_a_timeout_holds_no_longer_than_the_maximum(agent, s
 
     assert response.status_code == 200 and response.json()["status"] == "pending"
     assert time.monotonic() - started < 5
+
+
+def test_a_question_names_a_channel_or_a_gate_not_both_as_the_document_says(agent):
+    """The server refuses `channel` with `gate` (400, nothing asked); the document's QuestionInput says so
+    (`not: {required: [channel, gate]}`), so a body with both is invalid by the schema too."""
+    from approvals.models import ConfirmationRequest
+
+    document = agent.http.get("/api/v1/schema/", headers={"accept": "application/json"}).json()
+    question_input = document["components"]["schemas"]["QuestionInput"]
+    assert question_input["not"] == {"required": ["channel", "gate"]}
+    body = {"question": "Which?", "answer_schema": {"type": "string", "enum": ["a", "b"]}}
+    both = {**body, "channel": "web", "gate": "finance-gate"}
+    shape = {**question_input, "components": document["components"]}  # its $refs resolve in the document
+    assert not jsonschema.Draft202012Validator(shape).is_valid(both)
+    for one in ({**body, "channel": "web"}, {**body, "gate": "finance-gate"}, body):
+        assert jsonschema.Draft202012Validator(shape).is_valid(one), one
+
+    refused = agent.http.post("/api/v1/questions", json=both)
+
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["details"] == {"gate": ["give channel or gate, not both"]}
+    assert not ConfirmationRequest.objects.exists()
+    for one in ({**body, "channel": "web"}, {**body, "gate": "finance-gate"}, body):
+        assert agent.http.post("/api/v1/questions", json=one).status_code == 201, one

@@ -232,8 +232,9 @@ def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway)
     from approvals.errors import InvalidInput
 
     channels(fake_slack)
-    alice = User.objects.create_user("alice", password=PASSWORD)
     for attempt in range(10):
+        # A user of their own each time: a user may ask for only so many links (LINK_OFFERS_PER_WINDOW).
+        alice = User.objects.create_user(f"alice{attempt:02d}", password=PASSWORD)
         account = f"U0RACE{attempt:02d}"
         services.person_link_offer(user=alice, channel_name="ops-slack", account=account)
         (direct,) = [c.json for c in fake_slack.calls("chat.postMessage") if c.json.get("channel") == account]
@@ -241,7 +242,9 @@ def test_the_same_link_opened_twice_at_once_links_once(fake_slack, live_gateway)
         start = threading.Barrier(2)
         outcomes: list[str] = []
 
-        def redeem(start: threading.Barrier = start, outcomes: list[str] = outcomes, signed: str = signed) -> None:
+        def redeem(
+            start: threading.Barrier = start, outcomes: list[str] = outcomes, signed: str = signed, alice: User = alice
+        ) -> None:
             try:
                 start.wait(timeout=10)
                 outcomes.append(services.person_link_redeem(user=alice, signed=signed))

@@ -19,7 +19,7 @@ from django.core import signing
 from django.utils import timezone
 
 from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
-from approvals.tasks import run_timers
+from approvals.tasks import expire_due, run_timers
 from channels_ext.email.links import Link, link_token, read_link
 from tests.channels_ext.contract import TOOL, request_state
 from tests.channels_ext.email.support import (
@@ -238,6 +238,38 @@ def test_a_link_after_its_request_expired_is_refused_before_anything_is_looked_u
     assert request_state(confirmation_id) == before and events(confirmation_id) == kinds
     opened = open_link(f"{live_gateway.url}/channels/{CHANNEL}/callback?link={token}")
     assert opened.status == 410 and not opened.has_form
+    agent.http.close()
+
+
+def test_a_link_opened_after_its_deadline_is_refused_and_shows_how_the_request_ended(live_gateway, smtp_server):
+    """One rule past the deadline, whatever became of the request since: 410, the link has expired, the request
+    read-only with its outcome — decided before the deadline, or expired (the sweep) after it."""
+    configure(smtp_server, timeout_seconds=1)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    expired_id = ask(agent)
+    deliver_outbox()
+    alices_link = anchors(card_mails(smtp_server, (ALICE, BOB))[ALICE])["Approve"]
+    expires_at = ConfirmationRequest.objects.get(pk=expired_id).expires_at.timestamp()
+    wait_until(lambda: time.time() > expires_at, what="the request's deadline")
+    assert expire_due() == 1  # beat's sweep
+    assert ConfirmationRequest.objects.get(pk=expired_id).status == "expired"
+    # A request Bob approved before its deadline: Alice's link (the same deadline, signed) opened after it.
+    configure(smtp_server)
+    decided_id = ask(agent)
+    assert post_link(live_gateway, link_token(CHANNEL, Link(decided_id, BOB, "approve", None))).status == 200
+    late = link_token(CHANNEL, Link(decided_id, ALICE, "approve", int(time.time()) - 1))
+
+    for url, outcome in (
+        (on_gateway(live_gateway, alices_link), "⌛ Expired"),
+        (f"{live_gateway.url}/channels/{CHANNEL}/callback?link={late}", f"✅ Approved by email:{BOB}"),
+    ):
+        opened = open_link(url)
+        assert (opened.status, opened.problem) == (
+            410,
+            "This link has expired with its request; nothing can be decided with it.",
+        )
+        assert not opened.has_form
+        assert f'<p id="decision-text">{outcome}' in opened.body, opened.body
     agent.http.close()
 
 
