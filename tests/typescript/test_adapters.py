@@ -1,0 +1,174 @@
+"""The TypeScript adapters, installed from the built tarball into a new npm project, on the real frameworks
+(the Vercel AI SDK, the OpenAI Agents SDK for JS, LangGraph.js) whose model is the fake OpenAI API, against
+the live gateway: an allowed call runs and is reported; a call approved on the web approval page runs with
+the approver's edited arguments (and the hook's rewrite, and the masked card from the agent's own call —
+tests.approved_call); a rejection's reason is what the model reads; a gateway that is down means the tool
+does not run (fail closed). Each agent program is tests/typescript/agents/<adapter>_agent.mjs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from approvals.models import ConfirmationRequest, ToolCall
+from tests.approved_call import APPROVED, PROPOSED, SHOWN, TOOL, configure
+from tests.fakes.openai_api import FakeOpenAI
+from tests.support import SignedIn
+from tests.typescript.conftest import NodeProject
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ADAPTERS = ["ai_sdk", "openai_agents", "langgraph"]
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def alice(transactional_db):
+    """alice approves on the web page (the gate of tests.approved_call asks her)."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("alice", password=PASSWORD)
+
+
+class PageApprover:
+    """alice at the approval page, in another thread: once a request is pending she opens it (signed in,
+    over HTTP, as a browser without JavaScript) and approves it with her edits, or rejects it with a reason."""
+
+    def __init__(self, gateway_url: str, decision: str, *, edits: dict[str, str] | None = None, reason: str = ""):
+        self.fields = {"decision": decision, "reason": reason, **{f"edit.{k}": v for k, v in (edits or {}).items()}}
+        self.gateway_url = gateway_url
+        self.said: list[str] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="page-approver", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        try:
+            deadline = time.monotonic() + 60
+            pending = None
+            while pending is None:
+                if time.monotonic() > deadline:
+                    raise AssertionError("no request appeared to decide")
+                pending = ConfirmationRequest.objects.filter(status="pending").order_by("created_at").first()
+                time.sleep(0.05)
+            page = SignedIn(self.gateway_url, "alice", PASSWORD)
+            try:
+                assert page.get(f"/approvals/{pending.pk}/").status_code == 200
+                response = page.post(f"/approvals/{pending.pk}/", self.fields)
+                assert response.status_code == 200, response.text[:2000]
+                self.said = SignedIn.messages(response)
+            finally:
+                page.close()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            connection.close()
+
+    def join(self) -> list[str]:
+        self.thread.join(70)
+        assert not self.thread.is_alive(), "alice never decided"
+        if self.error is not None:
+            raise self.error
+        return self.said
+
+
+def agent_env(gateway_url: str, key: str, fake_openai: FakeOpenAI, **extra: str) -> dict[str, str]:
+    return {
+        "GATEWAY_URL": gateway_url,
+        "GATEWAY_API_KEY": key,
+        "OPENAI_BASE_URL": fake_openai.base_url,
+        "OPENAI_API_KEY": "sk-test-not-a-real-key",
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_allowed_call_runs_and_its_result_is_reported(
+    adapter, node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI, alice
+):
+    key = configure(f"ts-{adapter}".replace("_", "-"))
+    request = f"[{adapter}] what is my balance?"
+    fake_openai.script(request, [[("get_balance", {})]])
+
+    ran = node_project.run(f"{adapter}_agent.mjs", request, env=agent_env(live_gateway.url, key, fake_openai))
+
+    assert ran["final"] == "FINAL: get_balance: balance: 1200 EUR"
+    assert ran["paid"] == []
+    call = ToolCall.objects.get()
+    assert (call.tool_name, call.outcome, call.result, call.confirmation) == (
+        "get_balance",
+        "success",
+        "balance: 1200 EUR",
+        None,
+    )
+    assert call.session_id  # the run's session, named by the adapter
+    assert call.metadata["source"] == adapter.replace("_", "-")
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_call_approved_on_the_web_page_runs_with_the_approvers_edited_arguments(
+    adapter, node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI, alice
+):
+    key = configure(f"ts-{adapter}".replace("_", "-"))
+    request = f"[{adapter}] pay INV-7"
+    fake_openai.script(request, [[(TOOL, PROPOSED)]])
+
+    agent = node_project.start(f"{adapter}_agent.mjs", request, env=agent_env(live_gateway.url, key, fake_openai))
+    try:
+        said = PageApprover(live_gateway.url, "approve", edits={"memo": "laptop for Dana"}).join()
+        ran = agent.result()
+    finally:
+        agent.stop()
+
+    assert said == ["Approved with your edits."]
+    assert ran["paid"] == [APPROVED]  # the hook's rewrite, alice's edit, and the card from the agent's own call
+    assert ran["final"] == "FINAL: pay_invoice: paid INV-7"
+    call = ToolCall.objects.get()
+    assert call.confirmation.decided_by == "web:alice"
+    assert call.confirmation.approved_args == SHOWN
+    assert (call.outcome, call.ran_args, call.result) == ("success", SHOWN, "paid INV-7")
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_rejection_is_told_to_the_model_and_the_tool_never_runs(
+    adapter, node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI, alice
+):
+    key = configure(f"ts-{adapter}".replace("_", "-"))
+    request = f"[{adapter}] pay INV-8"
+    fake_openai.script(request, [[(TOOL, {**PROPOSED, "invoice_id": "INV-8"})]])
+
+    agent = node_project.start(f"{adapter}_agent.mjs", request, env=agent_env(live_gateway.url, key, fake_openai))
+    try:
+        said = PageApprover(live_gateway.url, "reject", reason="Over budget this quarter").join()
+        ran = agent.result()
+    finally:
+        agent.stop()
+
+    assert said == ["Rejected."]
+    assert ran["paid"] == []
+    seen = fake_openai.outputs_seen(request)[TOOL]
+    assert seen == "pay_invoice was not run: rejected by web:alice: Over budget this quarter"
+    assert ran["final"] == f"FINAL: pay_invoice: {seen}"
+    assert ConfirmationRequest.objects.get().status == "rejected"
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_gateway_that_is_down_means_the_tool_does_not_run(
+    adapter, node_project: NodeProject, fake_openai: FakeOpenAI, closed_port_url
+):
+    request = f"[{adapter}] pay INV-9 while the gateway is down"
+    fake_openai.script(request, [[(TOOL, {**PROPOSED, "invoice_id": "INV-9"})]])
+
+    env = agent_env(closed_port_url, "gw_not-checked", fake_openai, GATEWAY_RECONNECT_FOR="1")
+    ran = node_project.run(f"{adapter}_agent.mjs", request, env=env)
+
+    assert ran["paid"] == []
+    seen = fake_openai.outputs_seen(request)[TOOL]
+    assert seen.startswith(f"pay_invoice was not run: denied: the gateway at {closed_port_url} could not be reached (")
+    assert seen.endswith("); failing closed")
+    assert "ECONNREFUSED" in seen
+    assert ran["final"] == f"FINAL: pay_invoice: {seen}"
