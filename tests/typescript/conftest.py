@@ -129,6 +129,23 @@ class NodeRun:
                     stream.close()
 
 
+def seed(cached: Path, target: Path) -> None:
+    """The cached frameworks' tree into a new project: hard links (a copy where links cannot be made).
+    npm's hidden lock file is the one file npm rewrites in place, so the project gets its own copy."""
+
+    def link(source: str, destination: str) -> None:
+        try:
+            os.link(source, destination)
+        except OSError:
+            shutil.copy2(source, destination)
+
+    shutil.copytree(cached, target, symlinks=True, copy_function=link)
+    hidden = target / ".package-lock.json"
+    if hidden.exists():
+        hidden.unlink()
+        shutil.copy2(cached / ".package-lock.json", hidden)
+
+
 def _build(where: Path) -> NodeProject:
     _run(["bash", str(ROOT / "scripts" / "ensure-node-client.sh")], ROOT)
     artifacts = where / "artifacts"
@@ -143,7 +160,7 @@ def _build(where: Path) -> NodeProject:
         shutil.copy2(HERE / "project" / name, project / name)
     cache = _frameworks_cache(project / "package-lock.json")
     if (cache / "node_modules").is_dir():
-        shutil.copytree(cache / "node_modules", project / "node_modules", symlinks=True)
+        seed(cache / "node_modules", project / "node_modules")
     _run([*INSTALL, str(tarball)], project)
     if not (cache / "node_modules").is_dir():
         staging = cache.with_name(cache.name + f".tmp-{os.getpid()}")

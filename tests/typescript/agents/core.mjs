@@ -48,6 +48,7 @@ const ops = {
     const first = await client.preToolUse(request.session, request.tool, request.args, request.options ?? {});
     console.log(JSON.stringify({ first: decision(first) }));
     await new Promise((resolve) => process.stdin.once("data", resolve)); // the test says when to ask again
+    process.stdin.pause(); // and lets the program end
     const again = await client.preToolUse(request.session, request.tool, request.args, {
       ...(request.again ?? {}),
       idempotencyKey: first.idempotencyKey,
