@@ -21,6 +21,9 @@ from tests.typescript.conftest import NodeProject
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ADAPTERS = ["ai_sdk", "openai_agents", "langgraph"]
+# The gateway session each adapter names for a run of the allowed call's program (docs/integrations/typescript-*.md):
+# the AI SDK's conversation, the Agents SDK's run (tracing is off), the LangGraph thread the program names.
+SESSIONS = {"ai_sdk": "ai-sdk-", "openai_agents": "openai-agents-run-", "langgraph": "langgraph-thread-9"}
 PASSWORD = "correct horse battery staple"
 
 
@@ -94,7 +97,8 @@ def test_an_allowed_call_runs_and_its_result_is_reported(
     request = f"[{adapter}] what is my balance?"
     fake_openai.script(request, [[("get_balance", {})]])
 
-    ran = node_project.run(f"{adapter}_agent.mjs", request, env=agent_env(live_gateway.url, key, fake_openai))
+    env = agent_env(live_gateway.url, key, fake_openai, LANGGRAPH_THREAD_ID="thread-9")
+    ran = node_project.run(f"{adapter}_agent.mjs", request, env=env)
 
     assert ran["final"] == "FINAL: get_balance: balance: 1200 EUR"
     assert ran["paid"] == []
@@ -105,7 +109,7 @@ def test_an_allowed_call_runs_and_its_result_is_reported(
         "balance: 1200 EUR",
         None,
     )
-    assert call.session_id  # the run's session, named by the adapter
+    assert call.session_id.startswith(SESSIONS[adapter])
     assert call.metadata["source"] == adapter.replace("_", "-")
 
 

@@ -45,7 +45,7 @@ type Details = Parameters<AnyFunctionTool["invoke"]>[2];
 export type SessionId = string | ((runContext: RunContext<any>, details: Details) => string);
 
 export interface GateAgentOptions {
-  /** Default: the run's trace group, else its trace, else one session per run (below). */
+  /** Default: the run's trace group (tracing on), else its trace, else one session per run (its RunContext). */
   sessionId?: SessionId;
   /** Sent with every call. */
   userId?: string;
