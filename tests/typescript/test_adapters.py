@@ -15,6 +15,7 @@ import pytest
 from approvals.models import ConfirmationRequest, ToolCall
 from tests.approved_call import APPROVED, PROPOSED, SHOWN, TOOL, configure
 from tests.fakes.openai_api import FakeOpenAI
+from tests.integrations.test_adapters import ABORT, RECOVER, RETRY
 from tests.support import SignedIn
 from tests.typescript.conftest import NodeProject
 
@@ -176,3 +177,71 @@ def test_a_gateway_that_is_down_means_the_tool_does_not_run(
     assert seen.endswith("); failing closed")
     assert "ECONNREFUSED" in seen
     assert ran["final"] == f"FINAL: pay_invoice: {seen}"
+
+
+# --------------------------------------------------------------------------- a failing tool and tool-error
+
+
+def configure_hooks(agent: str, hooks: list[dict]) -> str:
+    """`agent` with these hooks (and the web channel); a new API key for it."""
+    import yaml
+
+    from approvals import services
+    from approvals.models import Agent
+    from tests.conftest import apply_config
+
+    config = {"channels": [{"name": "web", "kind": "web"}], "agents": [{"name": agent, "hooks": hooks}]}
+    apply_config(yaml.safe_dump(config))
+    return services.api_key_create(agent=Agent.objects.get(name=agent))[1]
+
+
+def test_the_ai_sdk_runs_a_failing_tool_again_when_the_gateway_says_retry(
+    node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI
+):
+    key = configure_hooks("ts-crm", [RETRY])
+    request = "[ai_sdk] look up c-1 (flaky)"
+    fake_openai.script(request, [[("lookup", {"customer_id": "c-1"})]])
+
+    env = agent_env(live_gateway.url, key, fake_openai, FLAKY_FAILURES="1")
+    ran = node_project.run("crm_agent.mjs", "ai_sdk", request, env=env)
+
+    assert ran["calls"] == ["c-1", "c-1"]
+    assert ran["final"] == "FINAL: lookup: profile of c-1"
+    call = ToolCall.objects.get()
+    assert (call.outcome, call.result) == ("success", "profile of c-1")
+
+
+def test_langgraph_gives_the_model_the_gateways_result_when_it_recovers_a_failed_tool(
+    node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI
+):
+    key = configure_hooks("ts-crm", [RECOVER])
+    request = "[langgraph] look up c-3 (recover)"
+    fake_openai.script(request, [[("lookup", {"customer_id": "c-3"})]])
+
+    ran = node_project.run("crm_agent.mjs", "langgraph", request, env=agent_env(live_gateway.url, key, fake_openai))
+
+    assert ran["calls"] == ["c-3"]
+    assert fake_openai.outputs_seen(request) == {"lookup": "cached profile"}
+    assert ran["final"] == "FINAL: lookup: cached profile"
+    call = ToolCall.objects.get()
+    assert (call.outcome, call.result) == ("recovered", "cached profile")
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_run_stops_when_the_gateway_aborts_a_failed_tool(
+    adapter, node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI
+):
+    key = configure_hooks("ts-crm", [ABORT])
+    request = f"[{adapter}] look up c-2 (abort)"
+    fake_openai.script(request, [[("lookup", {"customer_id": "c-2"})]])
+
+    ran = node_project.run("crm_agent.mjs", adapter, request, env=agent_env(live_gateway.url, key, fake_openai))
+
+    stopped = "ToolRunAborted: lookup failed and the gateway stopped the run: the CRM is being migrated"
+    if adapter == "ai_sdk":  # the model is told, and `stopWhen: gatewayStopped` ends the run after that step
+        assert (ran["final"], ran["stopped_by"]) == ("", [stopped])
+    else:  # the run fails with it (the Agents SDK wraps it: `ToolCallError: Failed to run function tools: …`)
+        assert stopped in ran["error"]
+    assert ran["calls"] == ["c-2"]
+    call = ToolCall.objects.get()
+    assert (call.outcome, call.result["action"]) == ("error", "abort")

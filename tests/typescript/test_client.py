@@ -167,7 +167,8 @@ def test_a_call_asked_while_the_gateway_is_down_gets_its_answer_once_it_is_up(
 def test_an_unreachable_gateway_denies_and_fail_open_allows(node_project: NodeProject, closed_port_url):
     ask = {"session": "s-1", "tool": "Bash", "args": {"command": "ls"}}
     closed = core(node_project, closed_port_url, "k", "pre_tool_use", client={"reconnectFor": 0.5}, **ask)
-    opened = core(node_project, closed_port_url, "k", "pre_tool_use", client={"reconnectFor": 0.5, "failOpen": True}, **ask)
+    open_client = {"reconnectFor": 0.5, "failOpen": True}
+    opened = core(node_project, closed_port_url, "k", "pre_tool_use", client=open_client, **ask)
 
     assert (closed["decision"], closed["unreachable"]) == ("deny", True)
     assert closed["reason"].startswith(f"denied: the gateway at {closed_port_url} could not be reached (")
@@ -228,7 +229,8 @@ def test_a_question_nobody_answers_in_time_rejects_with_no_answer(node_project: 
 def test_errors_carry_the_contracts_status_code_and_details(node_project: NodeProject, live_gateway, coder_key):
     unknown_key = core(node_project, live_gateway.url, "gw_nope", "pre_tool_use", session="s-1", tool="Read", args={})
     invalid = core(node_project, live_gateway.url, coder_key, "pre_tool_use", session="s-1", tool="", args={})
-    missing = core(node_project, live_gateway.url, coder_key, "get_confirmation", id="00000000-0000-4000-8000-000000000000")
+    nobody = "00000000-0000-4000-8000-000000000000"
+    missing = core(node_project, live_gateway.url, coder_key, "get_confirmation", id=nobody)
 
     assert (unknown_key["error"], unknown_key["status"], unknown_key["code"]) == ("Unauthorized", 401, "unauthorized")
     assert (invalid["error"], invalid["status"], invalid["code"]) == ("InvalidRequest", 400, "invalid")

@@ -92,7 +92,8 @@ export function gateTools<TOOLS extends ToolSet>(
   const gated: Record<string, Tool> = {};
   for (const [name, tool] of Object.entries(tools)) {
     const wanted = (only === null || only.has(name)) && typeof tool.execute === "function";
-    gated[name] = wanted ? gateTool(tool, gate, { name: `${options.toolPrefix ?? ""}${name}`, sessionId: options.sessionId }) : tool;
+    const gatewayName = `${options.toolPrefix ?? ""}${name}`;
+    gated[name] = wanted ? gateTool(tool, gate, { name: gatewayName, sessionId: options.sessionId }) : tool;
   }
   return gated as TOOLS;
 }
@@ -189,5 +190,6 @@ function session(execution: ToolExecutionOptions, sessionId: SessionId | undefin
 
 function notRun(input: unknown): GateResult {
   const reason = "its arguments are not a JSON object";
-  return { status: "refused", decision: new Decision({ decision: "deny", toolArgs: {}, reason }), value: input, message: reason, attempts: 0 };
+  const decision = new Decision({ decision: "deny", toolArgs: {}, reason });
+  return { status: "refused", decision, value: input, message: reason, attempts: 0 };
 }

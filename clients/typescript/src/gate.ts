@@ -164,7 +164,14 @@ export class ToolGate {
 
   private async ask<V>(
     call: GateCall<V>,
-    asked: { sessionId: string; toolName: string; toolArgs: JsonObject; callId: string; key: string; metadata?: JsonObject },
+    asked: {
+      sessionId: string;
+      toolName: string;
+      toolArgs: JsonObject;
+      callId: string;
+      key: string;
+      metadata?: JsonObject;
+    },
   ): Promise<Decision> {
     let confirmationId: string | null = null;
     let named!: () => void;

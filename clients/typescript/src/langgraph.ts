@@ -96,8 +96,10 @@ export class GatewayToolNode<T = any> extends ToolNode<T> {
       toolCallId: call.id,
       sessionId: this.session(call, config, state),
       signal: config.signal,
-      run: (toolArgs) =>
-        super.runTool(JSON.stringify(toolArgs) === JSON.stringify(asked) ? call : { ...call, args: toolArgs }, config, state),
+      run: (toolArgs) => {
+        const same = JSON.stringify(toolArgs) === JSON.stringify(asked);
+        return super.runTool(same ? call : { ...call, args: toolArgs }, config, state);
+      },
       report: reportable,
       failure,
     });

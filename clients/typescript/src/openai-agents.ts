@@ -114,7 +114,11 @@ export function gateTool<T extends AnyFunctionTool>(
       toolCallId: details?.toolCall?.callId,
       sessionId: session(runContext, details, options.sessionId),
       signal: details?.signal,
-      run: (toolArgs) => original.call(tool, runContext, sameArgs(args, toolArgs) ? input : JSON.stringify(toolArgs), details),
+      run: (toolArgs) => {
+        // The model's own JSON when nothing changed; else the answered arguments, which its schema parses.
+        const json = sameArgs(args, toolArgs) ? input : JSON.stringify(toolArgs);
+        return original.call(tool, runContext, json, details);
+      },
     });
     switch (result.status) {
       case "ran":
