@@ -131,7 +131,8 @@ class NodeRun:
 
 def seed(cached: Path, target: Path) -> None:
     """The cached frameworks' tree into a new project: hard links (a copy where links cannot be made).
-    npm's hidden lock file is the one file npm rewrites in place, so the project gets its own copy."""
+    The cache holds no npm hidden lock file (`node_modules/.package-lock.json`, the one file npm writes
+    there in place): npm reads the tree from the packages themselves and writes the project its own."""
 
     def link(source: str, destination: str) -> None:
         try:
@@ -140,10 +141,6 @@ def seed(cached: Path, target: Path) -> None:
             shutil.copy2(source, destination)
 
     shutil.copytree(cached, target, symlinks=True, copy_function=link)
-    hidden = target / ".package-lock.json"
-    if hidden.exists():
-        hidden.unlink()
-        shutil.copy2(cached / ".package-lock.json", hidden)
 
 
 def _build(where: Path) -> NodeProject:
@@ -166,6 +163,7 @@ def _build(where: Path) -> NodeProject:
         staging = cache.with_name(cache.name + f".tmp-{os.getpid()}")
         shutil.copytree(project / "node_modules", staging / "node_modules", symlinks=True)
         shutil.rmtree(staging / "node_modules" / "@approval-gateway", ignore_errors=True)
+        (staging / "node_modules" / ".package-lock.json").unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # another run filled it first
             staging.rename(cache)
         shutil.rmtree(staging, ignore_errors=True)

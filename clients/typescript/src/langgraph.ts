@@ -35,7 +35,7 @@ import { ToolNode, type ToolNodeOptions } from "@langchain/langgraph/prebuilt";
 
 import type { GatewayClient } from "./client.js";
 import { type GateResult, ToolGate, ToolRunAborted } from "./gate.js";
-import { isPlainObject, type JsonObject, resultText } from "./json.js";
+import { canonicalJson, isPlainObject, type JsonObject, resultText } from "./json.js";
 
 export { ToolRunAborted };
 
@@ -97,7 +97,7 @@ export class GatewayToolNode<T = any> extends ToolNode<T> {
       sessionId: this.session(call, config, state),
       signal: config.signal,
       run: (toolArgs) => {
-        const same = JSON.stringify(toolArgs) === JSON.stringify(asked);
+        const same = canonicalJson(toolArgs) === canonicalJson(asked);
         return super.runTool(same ? call : { ...call, args: toolArgs }, config, state);
       },
       report: reportable,

@@ -34,7 +34,7 @@ import { type Agent, type FunctionTool, getCurrentTrace, type RunContext, type T
 
 import type { GatewayClient } from "./client.js";
 import { ToolGate, ToolRunAborted } from "./gate.js";
-import { isPlainObject, type JsonObject, randomHex, resultText } from "./json.js";
+import { canonicalJson, isPlainObject, type JsonObject, randomHex, resultText } from "./json.js";
 
 export { ToolRunAborted };
 
@@ -138,7 +138,7 @@ export function gateTool<T extends AnyFunctionTool>(
 }
 
 function sameArgs(asked: JsonObject, answered: JsonObject): boolean {
-  return JSON.stringify(asked) === JSON.stringify(answered);
+  return canonicalJson(asked) === canonicalJson(answered);
 }
 
 // One session per run when no trace names one: the SDK makes one RunContext per `run()` and hands it to
