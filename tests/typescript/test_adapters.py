@@ -15,6 +15,7 @@ import pytest
 from approvals.models import ConfirmationRequest, ToolCall
 from tests.approved_call import APPROVED, PROPOSED, SHOWN, TOOL, configure
 from tests.fakes.openai_api import FakeOpenAI
+from tests.gateway_client.test_ask import answer, the_question
 from tests.integrations.test_adapters import ABORT, RECOVER, RETRY
 from tests.support import SignedIn
 from tests.typescript.conftest import NodeProject
@@ -177,6 +178,31 @@ def test_a_gateway_that_is_down_means_the_tool_does_not_run(
     assert seen.endswith("); failing closed")
     assert "ECONNREFUSED" in seen
     assert ran["final"] == f"FINAL: pay_invoice: {seen}"
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_model_asks_a_person_and_gets_the_typed_answer_without_a_gated_call(
+    adapter, node_project: NodeProject, live_gateway, fake_openai: FakeOpenAI, alice
+):
+    key = configure(f"ts-{adapter}".replace("_", "-"))  # questions go where its first gate asks: alice, on the web
+    request = f"[{adapter}] which vendor?"
+    asked = {"question": "Which vendor for the laptops?", "choices": ["Acme", "Globex"], "several": None}
+    fake_openai.script(request, [[("ask_human", asked)]])
+
+    agent = node_project.start(f"{adapter}_agent.mjs", request, env=agent_env(live_gateway.url, key, fake_openai))
+    try:
+        question_id = the_question()
+        answer(question_id, "Globex")
+        ran = agent.result()
+    finally:
+        agent.stop()
+
+    assert fake_openai.outputs_seen(request) == {"ask_human": '"Globex" (answered by alice)'}
+    assert ran["final"] == 'FINAL: ask_human: "Globex" (answered by alice)'
+    question = ConfirmationRequest.objects.get()
+    assert (question.kind, question.status, question.decided_by) == ("question", "answered", "web:alice")
+    assert question.session_id.startswith(SESSIONS[adapter].removesuffix("thread-9"))
+    assert not ToolCall.objects.exists()  # asking is not a call to gate
 
 
 # --------------------------------------------------------------------------- a failing tool and tool-error

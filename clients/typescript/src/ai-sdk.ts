@@ -24,12 +24,17 @@
  *   `abort` throws `ToolRunAborted` (add `stopWhen: gatewayStopped` to end the run there), and `raise`
  *   rethrows the tool's own error (the SDK's handling, as without the gateway).
  *
+ * `askHumanTool(client)` is a tool the model calls to ask a person and wait for the answer (docs/asking.md);
+ * `gateTools` leaves it alone: asking is not a call to gate.
+ *
  * The SDK's own approval (`needsApproval`) is left as it is, and runs before the gateway is asked: it
  * answers yes or no, while the gateway's approval can also change the arguments, so the gate sits in
  * `execute`.
  */
 
-import { asSchema, type StopCondition, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
+import { asSchema, jsonSchema, type StopCondition, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
+
+import { type AskHumanOptions, describe, HumanAsker, paramsSchema } from "./asking.js";
 
 import { Decision, type GatewayClient } from "./client.js";
 import { GatewayClientError } from "./errors.js";
@@ -91,7 +96,7 @@ export function gateTools<TOOLS extends ToolSet>(
   const only = options.tools ? new Set(options.tools) : null;
   const gated: Record<string, Tool> = {};
   for (const [name, tool] of Object.entries(tools)) {
-    const wanted = (only === null || only.has(name)) && typeof tool.execute === "function";
+    const wanted = (only === null || only.has(name)) && typeof tool.execute === "function" && !ASKING.has(tool);
     const gatewayName = `${options.toolPrefix ?? ""}${name}`;
     gated[name] = wanted ? gateTool(tool, gate, { name: gatewayName, sessionId: options.sessionId }) : tool;
   }
@@ -150,6 +155,33 @@ export const gatewayStopped: StopCondition<any> = ({ steps }) => {
   const last = steps[steps.length - 1];
   return Boolean(last?.content.some((part) => part.type === "tool-error" && part.error instanceof ToolRunAborted));
 };
+
+// The ask_human tools made here: asking a person is not a call to gate (gateTools leaves them alone).
+const ASKING = new WeakSet<object>();
+
+/**
+ * A tool the model calls to ask a person through the gateway and wait for the answer (docs/asking.md):
+ * `ask_human(question, choices?, several?)`, or with `answerSchema` (a form) a tool whose answer's shape
+ * the code fixes. Put it in the tool set under the name you like (`ask_human`). Options: `channel`, `gate`,
+ * `approvers`, `timeoutSeconds`, `defaultAnswer`, `userId`, `metadata`, `maxWait` (as `GatewayClient.ask`),
+ * and `sessionId` (default: the conversation's, as the gated tools'). The model gets the answer as JSON
+ * (`"Globex" (answered by alice)`), or `No answer: …`.
+ */
+export function askHumanTool(
+  client: GatewayClient,
+  options: AskHumanOptions & { sessionId?: SessionId } = {},
+): Tool<JsonObject, string> {
+  const { sessionId, ...where } = options;
+  const asker = new HumanAsker(client, where);
+  const made: Tool<JsonObject, string> = {
+    description: describe(where.answerSchema),
+    inputSchema: jsonSchema<JsonObject>(paramsSchema(where.answerSchema) as never),
+    execute: (input, execution) =>
+      asker.ask(input, { sessionId: session(execution, sessionId), signal: execution.abortSignal }),
+  };
+  ASKING.add(made);
+  return made;
+}
 
 /** Arguments an approver edited or a hook rewrote, checked against the tool's schema (with its transforms). */
 async function parsed(tool: Tool, name: string, toolArgs: JsonObject): Promise<unknown> {

@@ -55,3 +55,4 @@ export {
   withheldMessage,
 } from "./gate.js";
 export { type JsonObject, resultText } from "./json.js";
+export { ASK_HUMAN, type AskHumanOptions, HumanAsker, outputForModel, paramsSchema, schemaFor } from "./asking.js";

@@ -30,9 +30,11 @@
 
 import { ToolMessage } from "@langchain/core/messages";
 import type { ToolCall } from "@langchain/core/messages/tool";
+import { type DynamicStructuredTool, tool } from "@langchain/core/tools";
 import { Command, type LangGraphRunnableConfig } from "@langchain/langgraph";
 import { ToolNode, type ToolNodeOptions } from "@langchain/langgraph/prebuilt";
 
+import { ASK_HUMAN, type AskHumanOptions, describe, HumanAsker, paramsSchema } from "./asking.js";
 import type { GatewayClient } from "./client.js";
 import { type GateResult, ToolGate, ToolRunAborted } from "./gate.js";
 import { canonicalJson, isPlainObject, type JsonObject, resultText } from "./json.js";
@@ -89,6 +91,7 @@ export class GatewayToolNode<T = any> extends ToolNode<T> {
     state: unknown,
   ): Promise<ToolMessage | Command> {
     if (this.only !== null && !this.only.has(call.name)) return super.runTool(call, config, state);
+    if (asksHuman(this.tools.find((candidate) => candidate.name === call.name))) return super.runTool(call, config, state);
     const asked: JsonObject = isPlainObject(call.args) ? { ...call.args } : {};
     const result = await this.gate.call<ToolMessage | Command>({
       toolName: `${this.toolPrefix}${call.name}`,
@@ -108,15 +111,54 @@ export class GatewayToolNode<T = any> extends ToolNode<T> {
 
   private session(call: ToolCall, config: LangGraphRunnableConfig, state: unknown): string | undefined {
     if (typeof this.sessionId === "function") return String(this.sessionId(call, config, state));
-    if (this.sessionId) return this.sessionId;
-    const thread = config?.configurable?.["thread_id"];
-    if (thread) return `langgraph-${thread}`;
-    // Without a thread: the conversation, named by its first message (LangGraph's messages reducer
-    // gives each message an id; a new invoke without a checkpointer is a new conversation).
-    const messages = isPlainObject(state) ? state["messages"] : Array.isArray(state) ? state : undefined;
-    const first = Array.isArray(messages) ? (messages[0] as { id?: string } | undefined) : undefined;
-    return first?.id ? `langgraph-${first.id}` : undefined; // else the gate's own session
+    return this.sessionId || runSession(config, state);
   }
+}
+
+/** The session of the run a tool is called in: the LangGraph thread, else the conversation. */
+function runSession(config: LangGraphRunnableConfig | undefined, state: unknown): string | undefined {
+  const thread = config?.configurable?.["thread_id"];
+  if (thread) return `langgraph-${thread}`;
+  // Without a thread: the conversation, named by its first message (LangGraph's messages reducer
+  // gives each message an id; a new invoke without a checkpointer is a new conversation).
+  const messages = isPlainObject(state) ? state["messages"] : Array.isArray(state) ? state : undefined;
+  const first = Array.isArray(messages) ? (messages[0] as { id?: string } | undefined) : undefined;
+  return first?.id ? `langgraph-${first.id}` : undefined; // else the gate's own session
+}
+
+const ASKS_HUMAN = "gateway_asks_human"; // a tool's metadata key: asking a person is not a call to gate
+
+function asksHuman(candidate: unknown): boolean {
+  return Boolean((candidate as { metadata?: Record<string, unknown> } | undefined)?.metadata?.[ASKS_HUMAN]);
+}
+
+/**
+ * A tool the model calls to ask a person through the gateway and wait for the answer (docs/asking.md):
+ * `ask_human(question, choices?, several?)`, or with `answerSchema` (a form) and `name` a tool whose
+ * answer's shape the code fixes. Options: `channel`, `gate`, `approvers`, `timeoutSeconds`,
+ * `defaultAnswer`, `userId`, `metadata`, `maxWait` (as `GatewayClient.ask`), and `sessionId` (default:
+ * the run's thread or conversation, as the gated calls'). `GatewayToolNode` leaves it alone (its metadata
+ * says it asks a person). The model gets the answer as JSON, or `No answer: …`.
+ */
+export function askHumanTool(
+  client: GatewayClient,
+  options: AskHumanOptions & { name?: string; sessionId?: string } = {},
+): DynamicStructuredTool {
+  const { name, sessionId, ...where } = options;
+  const asker = new HumanAsker(client, where);
+  return tool(
+    async (input: unknown, runtime: { state?: unknown; config?: LangGraphRunnableConfig; signal?: AbortSignal }) =>
+      asker.ask(input, {
+        sessionId: sessionId || runSession(runtime?.config ?? (runtime as LangGraphRunnableConfig), runtime?.state),
+        signal: runtime?.signal,
+      }),
+    {
+      name: name ?? ASK_HUMAN,
+      description: describe(where.answerSchema),
+      schema: paramsSchema(where.answerSchema) as never,
+      metadata: { [ASKS_HUMAN]: true },
+    },
+  ) as unknown as DynamicStructuredTool;
 }
 
 /** What the gateway gets as the result: the ToolMessage's content (a Command's messages' contents). */

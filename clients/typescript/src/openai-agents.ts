@@ -26,11 +26,16 @@
  *   message before the gate sees it): tool-error; `retry`, `recover`, `abort` (throws `ToolRunAborted`:
  *   the run stops), `raise` (the error goes on, as without the gateway).
  *
+ * `askHumanTool(client)` is a tool the model calls to ask a person and wait for the answer (docs/asking.md);
+ * `gateAgent` leaves it alone: asking is not a call to gate.
+ *
  * The SDK's approval hook answers yes or no about the arguments the model wrote and has no way to run
  * others, while a gateway approval may change them; so the gate is in `invoke`, after the hook.
  */
 
-import { type Agent, type FunctionTool, getCurrentTrace, type RunContext, type Tool } from "@openai/agents";
+import { type Agent, type FunctionTool, getCurrentTrace, type RunContext, type Tool, tool } from "@openai/agents";
+
+import { ASK_HUMAN, type AskHumanOptions, describe, HumanAsker, paramsSchema } from "./asking.js";
 
 import type { GatewayClient } from "./client.js";
 import { ToolGate, ToolRunAborted } from "./gate.js";
@@ -83,7 +88,7 @@ export function gateAgent<A extends Agent<any, any>>(
   const gate = toolGate(client, options);
   const only = options.tools ? new Set(options.tools) : null;
   const tools = agent.tools.map((tool: Tool<any>) =>
-    tool.type === "function" && (only === null || only.has(tool.name))
+    tool.type === "function" && (only === null || only.has(tool.name)) && !ASKING.has(tool)
       ? gateTool(tool, gate, { name: `${options.toolPrefix ?? ""}${tool.name}`, sessionId: options.sessionId })
       : tool,
   );
@@ -135,6 +140,34 @@ export function gateTool<T extends AnyFunctionTool>(
     }
   };
   return { ...tool, invoke } as T;
+}
+
+// The ask_human tools made here: asking a person is not a call to gate (gateAgent leaves them alone).
+const ASKING = new WeakSet<object>();
+
+/**
+ * A tool the model calls to ask a person through the gateway and wait for the answer (docs/asking.md):
+ * `ask_human(question, choices?, several?)`, or with `answerSchema` (a form) and `name` a tool whose
+ * answer's shape the code fixes. Options: `channel`, `gate`, `approvers`, `timeoutSeconds`,
+ * `defaultAnswer`, `userId`, `metadata`, `maxWait` (as `GatewayClient.ask`), and `sessionId` (default: the
+ * run's, as the gated tools'). The model gets the answer as JSON, or `No answer: …`.
+ */
+export function askHumanTool(
+  client: GatewayClient,
+  options: AskHumanOptions & { name?: string; sessionId?: SessionId } = {},
+): AnyFunctionTool {
+  const { name, sessionId, ...where } = options;
+  const asker = new HumanAsker(client, where);
+  const made = tool({
+    name: name ?? ASK_HUMAN,
+    description: describe(where.answerSchema),
+    parameters: paramsSchema(where.answerSchema) as never,
+    strict: true,
+    execute: (input: unknown, runContext?: RunContext<any>, details?: Details) =>
+      asker.ask(input, { sessionId: session(runContext!, details, sessionId), signal: details?.signal }),
+  });
+  ASKING.add(made);
+  return made;
 }
 
 function sameArgs(asked: JsonObject, answered: JsonObject): boolean {

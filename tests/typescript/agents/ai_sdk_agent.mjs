@@ -7,7 +7,7 @@ import { generateText, stepCountIs, tool } from "ai";
 import { z } from "zod";
 
 import { GatewayClient } from "@approval-gateway/client";
-import { gatewayStopped, gateTools } from "@approval-gateway/client/ai-sdk";
+import { askHumanTool, gatewayStopped, gateTools } from "@approval-gateway/client/ai-sdk";
 
 const paid = [];
 const payInvoice = tool({
@@ -38,7 +38,7 @@ const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: proc
 
 const result = await generateText({
   model: openai(process.env.OPENAI_MODEL ?? "gpt-test"),
-  tools: gateTools({ pay_invoice: payInvoice, get_balance: getBalance }, gateway),
+  tools: gateTools({ pay_invoice: payInvoice, get_balance: getBalance, ask_human: askHumanTool(gateway) }, gateway),
   stopWhen: [stepCountIs(5), gatewayStopped],
   prompt: process.argv[2],
 });

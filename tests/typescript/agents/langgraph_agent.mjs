@@ -10,7 +10,7 @@ import { ChatOpenAI } from "@langchain/openai";
 import { z } from "zod";
 
 import { GatewayClient } from "@approval-gateway/client";
-import { GatewayToolNode } from "@approval-gateway/client/langgraph";
+import { askHumanTool, GatewayToolNode } from "@approval-gateway/client/langgraph";
 
 const paid = [];
 const payInvoice = tool(
@@ -48,7 +48,7 @@ const llm = new ChatOpenAI({
 const thread = process.env.LANGGRAPH_THREAD_ID;
 const agent = createReactAgent({
   llm,
-  tools: new GatewayToolNode([payInvoice, getBalance], gateway),
+  tools: new GatewayToolNode([payInvoice, getBalance, askHumanTool(gateway)], gateway),
   ...(thread ? { checkpointSaver: new MemorySaver() } : {}),
 });
 

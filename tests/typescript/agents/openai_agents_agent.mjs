@@ -6,7 +6,7 @@ import { Agent, run, tool } from "@openai/agents";
 import { z } from "zod";
 
 import { GatewayClient } from "@approval-gateway/client";
-import { gateAgent } from "@approval-gateway/client/openai-agents";
+import { askHumanTool, gateAgent } from "@approval-gateway/client/openai-agents";
 
 const paid = [];
 const payInvoice = tool({
@@ -39,7 +39,7 @@ const agent = new Agent({
   name: "payer",
   instructions: "Pay invoices.",
   model: process.env.OPENAI_MODEL ?? "gpt-test",
-  tools: [payInvoice, getBalance],
+  tools: [payInvoice, getBalance, askHumanTool(gateway)],
 });
 
 const result = await run(gateAgent(agent, gateway), process.argv[2]);
