@@ -140,7 +140,7 @@ def seed(cached: Path, target: Path) -> None:
         except OSError:
             shutil.copy2(source, destination)
 
-    shutil.copytree(cached, target, symlinks=True, copy_function=link)
+    shutil.copytree(cached, target, symlinks=True, copy_function=link, dirs_exist_ok=True)
 
 
 def _build(where: Path) -> NodeProject:
@@ -167,7 +167,7 @@ def _build(where: Path) -> NodeProject:
         with contextlib.suppress(OSError):  # another run filled it first
             staging.rename(cache)
         shutil.rmtree(staging, ignore_errors=True)
-    for program in (HERE / "agents").glob("*.mjs"):
+    for program in [*(HERE / "agents").glob("*.mjs"), *(HERE / "agents").glob("*.ts")]:
         shutil.copy2(program, project / program.name)
     return NodeProject(tarball=tarball, path=project)
 

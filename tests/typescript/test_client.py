@@ -280,3 +280,23 @@ def test_the_root_import_needs_no_framework(node_project: NodeProject, tmp_path:
     assert (said["version"], said["base"]) == ("0.1.0", "http://127.0.0.1:1")
     assert said["adapter"].startswith("ERR_MODULE_NOT_FOUND Cannot find package 'ai'")
     assert not (project / "node_modules" / "ai").exists()
+
+
+def test_a_typescript_users_code_type_checks_against_the_installed_declarations(node_project: NodeProject):
+    # A user's usual settings (`tsc --init`'s skipLibCheck: their code is checked, not every library's
+    # declarations; ours are tsc's own output of sources it checked strictly when the package was built).
+    config = {
+        "compilerOptions": {
+            "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext", "strict": True,
+            "noEmit": True, "skipLibCheck": True, "types": ["node"],
+        },
+        "files": ["typed_agent.ts"],
+    }  # fmt: skip
+    (node_project.path / "tsconfig.typed.json").write_text(json.dumps(config))
+    tsc = node_project.path / "node_modules" / ".bin" / "tsc"
+
+    done = subprocess.run(
+        [str(tsc), "-p", "tsconfig.typed.json"], cwd=node_project.path, capture_output=True, text=True, timeout=300
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
