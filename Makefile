@@ -54,6 +54,7 @@ test: install install-integrations install-channels install-otel
 	bash scripts/ensure-browser.sh
 	bash scripts/ensure-oidc-provider.sh
 	bash scripts/ensure-promtool.sh
+	bash scripts/ensure-node-client.sh
 	$(TEST_ENV) $(PY) -m pytest -n $${PYTEST_WORKERS:-4} $(PYTEST_ARGS)
 
 bench: install
