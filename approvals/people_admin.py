@@ -45,8 +45,28 @@ class PersonIdentityInline(admin.TabularInline):
     verbose_name_plural = "Chat identities (" + ", ".join(f"{k}:…" for k in CHANNEL_KINDS if k not in _USER_KINDS) + ")"
 
 
+class StandInForm(forms.ModelForm):
+    """A stand-in is of a team of the person they stand in for (docs/approving.md, "Stand-ins")."""
+
+    class Meta:
+        model = StandIn
+        fields = ("person", "delegate", "starts_at", "ends_at", "note")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        # (On a person's page the person is the page's: the inline form has no field for it.)
+        person = cleaned.get("person") or (self.instance.person if self.instance.person_id else None)
+        delegate = cleaned.get("delegate")
+        if person is not None and delegate is not None:
+            problem = services.stand_in_team_problem(person=person, delegate=delegate)
+            if problem is not None:
+                raise forms.ValidationError(problem)
+        return cleaned
+
+
 class StandInInline(admin.TabularInline):
     model = StandIn
+    form = StandInForm
     fk_name = "person"
     extra = 0
     fields = ("delegate", "starts_at", "ends_at", "note")
@@ -111,6 +131,7 @@ class PeopleGroupAdmin(admin.ModelAdmin):
 
 @admin.register(StandIn)
 class StandInAdmin(admin.ModelAdmin):
+    form = StandInForm
     list_display = ("person", "delegate", "starts_at", "ends_at", "note")
     list_filter = ("ends_at",)
     search_fields = ("person__display_name", "delegate__display_name", "person__email", "delegate__email")

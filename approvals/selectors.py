@@ -20,6 +20,7 @@ from django.db.models import Count, Min, Q
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
+from approvals import standing
 from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.caches import KeyHolder, cache
 from approvals.arguments import dotted, with_edits
@@ -409,7 +410,9 @@ def approver_refusal(
 
     Beside the channel-native ids, a person the gate named (`group:` / `person:`, routed when the
     request was made: `approver_people`) may decide under any identity linked to them now, and so
-    may a stand-in of someone routed the request while their window is open (`stand_in_for`).
+    may a stand-in of someone routed the request while their window is open (`stand_in_for`) — each
+    only while the directory still says so (`_routing_refusal`). A stand-in of the person the call is
+    made for is refused like them, unless the gate allows self-approval.
     """
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
@@ -422,17 +425,81 @@ def approver_refusal(
     standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
     if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
         return "not_approver", f"Your time standing in for {routed['stand_ins'][person]['name']} has ended."
+    # A channel id the gate lists itself is the config's, not the directory's: it stays an approver.
+    by_id = actor in (routed["entries"] or ())
+    if not by_id and (person in routed["people"] or standing_in is not None):
+        if (refusal := _routing_refusal(routed, person=person, standing_in=standing_in)) is not None:
+            return refusal
     if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
         return "not_approver", "You are not one of the approvers of this request."
+    if standing_in is not None and not confirmation.allow_self_approval and _is_owner(confirmation, standing_in["for"]):
+        return "self_approval", OWN_STAND_IN.format(standing_in["name"])
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
+
+
+OWN_STAND_IN = "You stand in for {}, for whom this call was made: a stand-in cannot approve it either."
+DEACTIVATED = "You were deactivated in the people directory, so requests routed to you are no longer yours to decide."
 
 
 def routed_people(confirmation: ConfirmationRequest, *, channel_name: str) -> dict[str, Any]:
     """The people snapshot of the approver list `channel_name` decides by: {"people": {key: name},
-    "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}} (empty for raw ids)."""
+    "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}, "entries": the gate's list as
+    given, or None for a request routed before it was kept} (empty for raw ids)."""
     escalated = bool(confirmation.escalate_channel_id) and channel_name != confirmation.channel.name
     snapshot = (confirmation.escalate_approver_people if escalated else confirmation.approver_people) or {}
-    return {"people": snapshot.get("people") or {}, "stand_ins": snapshot.get("stand_ins") or {}}
+    return {
+        "people": snapshot.get("people") or {},
+        "stand_ins": snapshot.get("stand_ins") or {},
+        "entries": snapshot.get("entries"),
+    }
+
+
+def _routing_refusal(routed: dict[str, Any], *, person: str, standing_in: dict[str, str] | None) -> tuple[str, str] | None:
+    """Why someone the request was routed to by the directory (named, or a stand-in) no longer decides it,
+    as the directory says now (`approvals.standing`: one read, remembered within `people_memo`); None if
+    they still do. A request routed before the gate's entries were kept is checked without its groups."""
+    entries = [e for e in routed["entries"] or () if e.startswith(PEOPLE_PREFIXES)]
+    groups = tuple(sorted({e.partition(":")[2] for e in entries if e.startswith("group:")}))
+    emails = {e.partition(":")[2].casefold() for e in entries if e.startswith("person:")}
+    named_by = " or ".join(entries)
+
+    def still_named(now: standing.Named) -> bool:
+        return routed["entries"] is None or now.in_groups or now.email.casefold() in emails
+
+    if standing_in is None:
+        now = _remembered("named", f"{person}|{groups}", lambda: standing.named(_person_pk(person), groups=groups))
+        if now is None or not now.active:
+            return "not_approver", DEACTIVATED
+        if not still_named(now):
+            return "not_approver", f"You are no longer in {named_by}, which routed this request to you: it is no longer yours to decide."
+        return None
+    away, name = standing_in["for"], standing_in["name"]
+    held = _remembered(
+        "standing", f"{away}|{person}|{groups}", lambda: standing.standing(_person_pk(away), _person_pk(person), groups=groups)
+    )
+    if held is None:
+        return "not_approver", f"{name} no longer has you as a stand-in, so this request is no longer yours to decide."
+    if not held.delegate_active:
+        return "not_approver", DEACTIVATED
+    moment = timezone.now()
+    if not any(starts <= moment < ends for starts, ends in held.windows):
+        later = [starts for starts, _ in held.windows if starts > moment]
+        if later:
+            return "not_approver", f"Your time standing in for {name} starts {min(later).astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC."
+        return "not_approver", f"Your time standing in for {name} has ended."
+    if not held.person.active:
+        return "not_approver", f"{name} was deactivated in the people directory, so nobody stands in for them."
+    if away in routed["people"] and not still_named(held.person):
+        return "not_approver", f"{name} is no longer in {named_by}, so nobody stands in for them on this request."
+    if not held.same_team:
+        teams = ", ".join(standing.team_names(standing.closed_teams_of(_person_pk(away))))
+        return "not_approver", f"You are in none of the teams of {name} ({teams}), so you do not stand in for them."
+    return None
+
+
+def _person_pk(person: str) -> int:
+    """The id of a directory person's key (`person:<id>`)."""
+    return int(person.partition(":")[2])
 
 
 def stand_in_for(routed: dict[str, Any], *, person: str, now: dt.datetime | None = None) -> dict[str, str] | None:
@@ -454,8 +521,9 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
 
     The call's `user_id` is compared with the clicker's channel-native id (`carol`, `U0CAROL`), with
     their channel-qualified `identity` (`web:carol`), and by person: the `user_id` mapped to a person
-    (`owner_of`: an identity, an e-mail, a username) against the person behind `identity`
-    (`person_of`) — a call made for `alice@example.com` is Alice's on Slack, Feishu and the web alike.
+    (`_is_owner`: an identity, an e-mail, a username, a bare id of the request's channel) against the
+    person behind `identity` (`person_of`) — a call made for `alice@example.com` is Alice's on Slack,
+    Feishu and the web alike.
     """
     user_id = confirmation.user_id
     if confirmation.allow_self_approval or not user_id:
@@ -463,9 +531,21 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
     own = user_id in (actor, identity)
     if not own and identity:
         _read_users_at_once([_owner_identity(user_id), identity])
-        owner = owner_of(user_id)
-        own = owner is not None and owner == person_of(identity)
+        own = _is_owner(confirmation, person_of(identity))
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
+
+
+def _is_owner(confirmation: ConfirmationRequest, person: str) -> bool:
+    """Whether `person` (a `person_of` key) is the one the call was made for: `owner_of` its `user_id`; or,
+    for a bare id that names no Django user (`U0ALICE`), the person that id is on the request's channels."""
+    user_id = confirmation.user_id
+    owner = owner_of(user_id)
+    if owner is not None or not person.startswith("person:") or ":" in user_id or "@" in user_id:
+        return owner == person
+    kinds = {confirmation.channel.kind}
+    if confirmation.escalate_channel_id:
+        kinds.add(confirmation.escalate_channel.kind)
+    return any(person_of(f"{kind}:{user_id}") == person for kind in sorted(kinds))
 
 
 # The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
@@ -711,7 +791,8 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
     routed = list(dict.fromkeys([*raw, *_native_ids([*named.values(), *delegates.values()], kind)]))
     unresolved = [e for e in entries if e.startswith(PEOPLE_PREFIXES)] if not routed else []
     # A named list never becomes [] ("any member"): entries nobody answers to keep it closed.
-    snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins}
+    # The gate's entries too: at a click, who is still in the groups they name (`_routing_refusal`).
+    snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins, "entries": list(entries)}
     return routed + unresolved, snapshot
 
 

@@ -43,7 +43,9 @@ from approvals.services.people import (
     person_link_by_email,
     person_link_offer,
     person_link_redeem,
+    stand_in_end,
     stand_in_name,
+    stand_in_team_problem,
 )
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
@@ -85,7 +87,9 @@ __all__ = [
     "person_link_by_email",
     "person_link_offer",
     "person_link_redeem",
+    "stand_in_end",
     "stand_in_name",
+    "stand_in_team_problem",
     "outbox_add",
     "outbox_claim",
     "outbox_deliver",

@@ -1,0 +1,98 @@
+"""The people directory as it is now, for the moment of a decision (docs/approving.md, "People, groups,
+stand-ins").
+
+A request keeps who it was routed to (`approver_people`); whether each of them still decides it is read
+here, at the click, inside its transaction: a person deactivated or taken out of the group that named
+them, a stand-in removed, ended, moved or no longer of the team of the person they stand in for, no
+longer decides. One statement per question, whatever the size of the group; `approvals.selectors`
+asks, and remembers the answers for a click or a page (`people_memo`). Models only: below the selectors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from django.db.models import Exists, OuterRef, Q, QuerySet, Value
+
+from approvals.models import PeopleGroup, Person, StandIn, Team
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """A person a request was routed to by name, as the directory says now."""
+
+    active: bool
+    in_groups: bool  # a member of one of the groups that routed the request
+    email: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """A stand-in of one person, as the directory says now: their windows (none: removed), whether the
+    stand-in and the person are active, whether the person is still in the groups that routed the
+    request, and whether the two share a closed team (True when the person is in none)."""
+
+    windows: tuple[tuple[dt.datetime, dt.datetime], ...]
+    delegate_active: bool
+    person: Named
+    same_team: bool
+
+
+def _in_groups(person: OuterRef | int, groups: tuple[str, ...]) -> Exists | Value:
+    if not groups:
+        return Value(False)
+    return Exists(PeopleGroup.objects.filter(members=person, name__in=groups))
+
+
+def closed_teams_of(person: OuterRef | int) -> QuerySet[Team]:
+    """The teams not open to everyone that a person is a member of: by their Django user, or as an active
+    member of one of the team's groups (as `selectors.team_ids_of` counts a user's teams)."""
+    return Team.objects.filter(everyone=False).filter(
+        Q(members__person=person) | Q(groups__members=person, groups__members__active=True)
+    )
+
+
+def named(person_id: int, *, groups: tuple[str, ...]) -> Named | None:
+    """The person `person_id` now; None if they are gone from the directory."""
+    row = (
+        Person.objects.filter(pk=person_id)
+        .annotate(in_groups=_in_groups(OuterRef("pk"), groups))
+        .values_list("active", "in_groups", "email")
+        .first()
+    )
+    return None if row is None else Named(active=row[0], in_groups=bool(row[1]), email=row[2])
+
+
+def standing(person_id: int, delegate_id: int, *, groups: tuple[str, ...]) -> Standing | None:
+    """`delegate_id`'s stand-ins for `person_id` now, with what else decides whether they hold; None if
+    there is none (removed)."""
+    rows = list(
+        StandIn.objects.filter(person_id=person_id, delegate_id=delegate_id)
+        .annotate(
+            in_groups=_in_groups(OuterRef("person_id"), groups),
+            person_teamed=Exists(closed_teams_of(OuterRef("person_id"))),
+            shared=Exists(closed_teams_of(OuterRef("person_id")).filter(
+                Q(members__person=OuterRef("delegate_id"))
+                | Q(groups__members=OuterRef("delegate_id"), groups__members__active=True)
+            )),
+        )  # fmt: skip
+        .values_list(
+            "starts_at", "ends_at", "delegate__active", "person__active", "in_groups", "person__email",
+            "person_teamed", "shared",
+        )  # fmt: skip
+        .order_by("starts_at")
+    )
+    if not rows:
+        return None
+    first = rows[0]
+    return Standing(
+        windows=tuple((row[0], row[1]) for row in rows),
+        delegate_active=first[2],
+        person=Named(active=first[3], in_groups=bool(first[4]), email=first[5]),
+        same_team=not first[6] or bool(first[7]),
+    )
+
+
+def team_names(teams: QuerySet[Team]) -> list[str]:
+    return list(teams.order_by("name").values_list("name", flat=True).distinct())
