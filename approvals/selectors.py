@@ -420,7 +420,9 @@ def approver_refusal(
     routed = routed_people(confirmation, channel_name=channel_name)
     if identity and (routed["people"] or routed["stand_ins"]):
         # The clicker is read now; the call's owner will be (self-approval, below): in one statement.
-        _read_users_at_once([_owner_identity("" if confirmation.allow_self_approval else confirmation.user_id), identity])
+        owner = "" if confirmation.allow_self_approval else confirmation.user_id
+        _read_users_at_once([_owner_identity(owner), identity])
+        _read_links_at_once([identity, *(_owner_chat_identities(confirmation) if owner else ())])
     person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
     standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
     if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
@@ -432,7 +434,7 @@ def approver_refusal(
             return refusal
     if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
         return "not_approver", "You are not one of the approvers of this request."
-    if standing_in is not None and not confirmation.allow_self_approval and _is_owner(confirmation, standing_in["for"]):
+    if standing_in is not None and not confirmation.allow_self_approval and _is_owner(confirmation, lambda: standing_in["for"]):
         return "self_approval", OWN_STAND_IN.format(standing_in["name"])
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
 
@@ -531,21 +533,61 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
     own = user_id in (actor, identity)
     if not own and identity:
         _read_users_at_once([_owner_identity(user_id), identity])
-        own = _is_owner(confirmation, person_of(identity))
+        _read_links_at_once([identity, *_owner_chat_identities(confirmation)])
+        own = _is_owner(confirmation, lambda: person_of(identity))
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
 
 
-def _is_owner(confirmation: ConfirmationRequest, person: str) -> bool:
-    """Whether `person` (a `person_of` key) is the one the call was made for: `owner_of` its `user_id`; or,
-    for a bare id that names no Django user (`U0ALICE`), the person that id is on the request's channels."""
+def _is_owner(confirmation: ConfirmationRequest, person: Callable[[], str]) -> bool:
+    """Whether the person `person()` answers (a `person_of` key, read only if needed) is the one the call was
+    made for: `owner_of` its `user_id`; or, for a bare id that names no Django user (`U0ALICE`), the person
+    that id is on the request's channels. (Only a directory person can be that: an unlinked id is a person
+    of its own, compared as an id already.)"""
+    owner = owner_of(confirmation.user_id)
+    if owner is not None:
+        return owner == person()
+    bare = _bare_owner_identities(confirmation)
+    if not bare:
+        return False
+    key = person()
+    return key.startswith("person:") and any(person_of(identity) == key for identity in bare)
+
+
+def _owner_chat_identities(confirmation: ConfirmationRequest) -> list[str]:
+    """The chat identities the call's `user_id` may be read as (`_is_owner`): itself when channel-qualified,
+    or as a bare id; read with the clicker's (`_read_links_at_once`)."""
+    kind, sep, _ = confirmation.user_id.partition(":")
+    return ([confirmation.user_id] if kind in ACTOR_KINDS else []) if sep else _bare_owner_identities(confirmation)
+
+
+def _bare_owner_identities(confirmation: ConfirmationRequest) -> list[str]:
+    """A bare `user_id` (no kind, no `@`: `U0ALICE`) as an identity of the request's chat channels (its own,
+    and the one it escalated to); [] for any other `user_id`. (On the web a bare id is a username: `owner_of`.)"""
     user_id = confirmation.user_id
-    owner = owner_of(user_id)
-    if owner is not None or not person.startswith("person:") or ":" in user_id or "@" in user_id:
-        return owner == person
-    kinds = {confirmation.channel.kind}
-    if confirmation.escalate_channel_id:
-        kinds.add(confirmation.escalate_channel.kind)
-    return any(person_of(f"{kind}:{user_id}") == person for kind in sorted(kinds))
+    if not user_id or ":" in user_id or "@" in user_id:
+        return []
+    kinds = [confirmation.channel.kind]
+    if confirmation.escalate_channel_id and confirmation.escalated_at:
+        kinds.append(confirmation.escalate_channel.kind)
+    return [f"{kind}:{user_id}" for kind in dict.fromkeys(kinds) if kind not in (*DJANGO_USER_KINDS, "email")]
+
+
+def _read_links_at_once(identities: list[str]) -> None:
+    """Within `people_memo`: the people these chat identities are linked to, read in one statement and
+    remembered as `person_of` would answer (the clicker's, and the call's owner's by a bare id). Identities
+    of a Django user or an e-mail (found by address too) are left to their own reads."""
+    memo = _PEOPLE_MEMO.get()
+    if memo is None:
+        return
+    wanted = [
+        i
+        for i in dict.fromkeys(identities)
+        if i.partition(":")[0] not in (*DJANGO_USER_KINDS, "email") and ("person", i) not in memo
+    ]
+    if len(wanted) > 1:
+        linked = dict(PersonIdentity.objects.filter(identity__in=wanted).values_list("identity", "person_id"))
+        for identity in wanted:
+            memo[("person", identity)] = f"person:{linked[identity]}" if identity in linked else identity
 
 
 # The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
