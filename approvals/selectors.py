@@ -411,7 +411,7 @@ def approver_refusal(
     Beside the channel-native ids, a person the gate named (`group:` / `person:`, routed when the
     request was made: `approver_people`) may decide under any identity linked to them now, and so
     may a stand-in of someone routed the request while their window is open (`stand_in_for`) — each
-    only while the directory still says so (`_routing_refusal`). A stand-in of the person the call is
+    only while the directory still says so (`approvals.standing.routing_refusal`). A stand-in of the person the call is
     made for is refused like them, unless the gate allows self-approval.
     """
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
@@ -430,17 +430,14 @@ def approver_refusal(
     # A channel id the gate lists itself is the config's, not the directory's: it stays an approver.
     by_id = actor in (routed["entries"] or ())
     if not by_id and (person in routed["people"] or standing_in is not None):
-        if (refusal := _routing_refusal(routed, person=person, standing_in=standing_in)) is not None:
+        refusal = standing.routing_refusal(routed, person=person, standing_in=standing_in, remembered=_remembered)
+        if refusal is not None:
             return refusal
     if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
         return "not_approver", "You are not one of the approvers of this request."
     if standing_in is not None and not confirmation.allow_self_approval and _is_owner(confirmation, lambda: standing_in["for"]):
-        return "self_approval", OWN_STAND_IN.format(standing_in["name"])
+        return "self_approval", standing.OWN_STAND_IN.format(standing_in["name"])
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
-
-
-OWN_STAND_IN = "You stand in for {}, for whom this call was made: a stand-in cannot approve it either."
-DEACTIVATED = "You were deactivated in the people directory, so requests routed to you are no longer yours to decide."
 
 
 def routed_people(confirmation: ConfirmationRequest, *, channel_name: str) -> dict[str, Any]:
@@ -454,54 +451,6 @@ def routed_people(confirmation: ConfirmationRequest, *, channel_name: str) -> di
         "stand_ins": snapshot.get("stand_ins") or {},
         "entries": snapshot.get("entries"),
     }
-
-
-def _routing_refusal(routed: dict[str, Any], *, person: str, standing_in: dict[str, str] | None) -> tuple[str, str] | None:
-    """Why someone the request was routed to by the directory (named, or a stand-in) no longer decides it,
-    as the directory says now (`approvals.standing`: one read, remembered within `people_memo`); None if
-    they still do. A request routed before the gate's entries were kept is checked without its groups."""
-    entries = [e for e in routed["entries"] or () if e.startswith(PEOPLE_PREFIXES)]
-    groups = tuple(sorted({e.partition(":")[2] for e in entries if e.startswith("group:")}))
-    emails = {e.partition(":")[2].casefold() for e in entries if e.startswith("person:")}
-    named_by = " or ".join(entries)
-
-    def still_named(now: standing.Named) -> bool:
-        return routed["entries"] is None or now.in_groups or now.email.casefold() in emails
-
-    if standing_in is None:
-        now = _remembered("named", f"{person}|{groups}", lambda: standing.named(_person_pk(person), groups=groups))
-        if now is None or not now.active:
-            return "not_approver", DEACTIVATED
-        if not still_named(now):
-            return "not_approver", f"You are no longer in {named_by}, which routed this request to you: it is no longer yours to decide."
-        return None
-    away, name = standing_in["for"], standing_in["name"]
-    held = _remembered(
-        "standing", f"{away}|{person}|{groups}", lambda: standing.standing(_person_pk(away), _person_pk(person), groups=groups)
-    )
-    if held is None:
-        return "not_approver", f"{name} no longer has you as a stand-in, so this request is no longer yours to decide."
-    if not held.delegate_active:
-        return "not_approver", DEACTIVATED
-    moment = timezone.now()
-    if not any(starts <= moment < ends for starts, ends in held.windows):
-        later = [starts for starts, _ in held.windows if starts > moment]
-        if later:
-            return "not_approver", f"Your time standing in for {name} starts {min(later).astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC."
-        return "not_approver", f"Your time standing in for {name} has ended."
-    if not held.person.active:
-        return "not_approver", f"{name} was deactivated in the people directory, so nobody stands in for them."
-    if away in routed["people"] and not still_named(held.person):
-        return "not_approver", f"{name} is no longer in {named_by}, so nobody stands in for them on this request."
-    if not held.same_team:
-        teams = ", ".join(standing.team_names(standing.closed_teams_of(_person_pk(away))))
-        return "not_approver", f"You are in none of the teams of {name} ({teams}), so you do not stand in for them."
-    return None
-
-
-def _person_pk(person: str) -> int:
-    """The id of a directory person's key (`person:<id>`)."""
-    return int(person.partition(":")[2])
 
 
 def stand_in_for(routed: dict[str, Any], *, person: str, now: dt.datetime | None = None) -> dict[str, str] | None:
@@ -592,8 +541,7 @@ def _read_links_at_once(identities: list[str]) -> None:
 
 # The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
 DJANGO_USER_KINDS = ("web", "admin")
-# Approver entries that name people rather than a channel-native id (docs/approving.md, "People").
-PEOPLE_PREFIXES = ("group:", "person:")
+PEOPLE_PREFIXES = standing.PEOPLE_PREFIXES
 
 
 # Who is whom, remembered while a page judges many requests for one user (`people_memo`): the inbox.
@@ -833,7 +781,7 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
     routed = list(dict.fromkeys([*raw, *_native_ids([*named.values(), *delegates.values()], kind)]))
     unresolved = [e for e in entries if e.startswith(PEOPLE_PREFIXES)] if not routed else []
     # A named list never becomes [] ("any member"): entries nobody answers to keep it closed.
-    # The gate's entries too: at a click, who is still in the groups they name (`_routing_refusal`).
+    # The gate's entries too: at a click, who is still in the groups they name (`approvals.standing.routing_refusal`).
     snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins, "entries": list(entries)}
     return routed + unresolved, snapshot
 

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connection
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from approvals.models import PeopleGroup, Person, StandIn, Team
+
+OWN_STAND_IN = "You stand in for {}, for whom this call was made: a stand-in cannot approve it either."
+DEACTIVATED = "You were deactivated in the people directory, so requests routed to you are no longer yours to decide."
+# Approver entries that name people rather than a channel-native id (docs/approving.md, "People").
+PEOPLE_PREFIXES = ("group:", "person:")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +123,56 @@ def standing(person_id: int, delegate_id: int, *, groups: tuple[str, ...]) -> St
 
 def team_names(teams: QuerySet[Team]) -> list[str]:
     return list(teams.order_by("name").values_list("name", flat=True).distinct())
+
+
+def routing_refusal(
+    routed: dict[str, Any],
+    *,
+    person: str,
+    standing_in: dict[str, str] | None,
+    remembered: Callable[[str, str, Callable[[], Any]], Any],
+) -> tuple[str, str] | None:
+    """(code, sentence) if `person` — routed the request by the directory (`routed`: its snapshot,
+    `selectors.routed_people`), in their own right or as the stand-in `standing_in` — no longer decides it,
+    as the directory says now; None if they still do. One read, kept by `remembered` (the selectors'
+    `people_memo`). A request routed before the gate's entries were kept is checked without its groups."""
+    entries = [e for e in routed["entries"] or () if e.startswith(PEOPLE_PREFIXES)]
+    groups = tuple(sorted({e.partition(":")[2] for e in entries if e.startswith("group:")}))
+    emails = {e.partition(":")[2].casefold() for e in entries if e.startswith("person:")}
+    named_by = " or ".join(entries)
+
+    def still_named(now: Named) -> bool:
+        return routed["entries"] is None or now.in_groups or now.email.casefold() in emails
+
+    if standing_in is None:
+        now = remembered("named", f"{person}|{groups}", lambda: named(_pk(person), groups=groups))
+        if now is None or not now.active:
+            return "not_approver", DEACTIVATED
+        if not still_named(now):
+            return "not_approver", f"You are no longer in {named_by}, which routed this request to you: it is no longer yours to decide."
+        return None
+    away, name = standing_in["for"], standing_in["name"]
+    held = remembered("standing", f"{away}|{person}|{groups}", lambda: standing(_pk(away), _pk(person), groups=groups))
+    if held is None:
+        return "not_approver", f"{name} no longer has you as a stand-in, so this request is no longer yours to decide."
+    if not held.delegate_active:
+        return "not_approver", DEACTIVATED
+    moment = timezone.now()
+    if not any(starts <= moment < ends for starts, ends in held.windows):
+        later = [starts for starts, _ in held.windows if starts > moment]
+        if later:
+            return "not_approver", f"Your time standing in for {name} starts {min(later).astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC."
+        return "not_approver", f"Your time standing in for {name} has ended."
+    if not held.person.active:
+        return "not_approver", f"{name} was deactivated in the people directory, so nobody stands in for them."
+    if away in routed["people"] and not still_named(held.person):
+        return "not_approver", f"{name} is no longer in {named_by}, so nobody stands in for them on this request."
+    if not held.same_team:
+        teams = ", ".join(team_names(closed_teams_of(_pk(away))))
+        return "not_approver", f"You are in none of the teams of {name} ({teams}), so you do not stand in for them."
+    return None
+
+
+def _pk(person: str) -> int:
+    """The id of a directory person's key (`person:<id>`)."""
+    return int(person.partition(":")[2])
