@@ -30,10 +30,23 @@ class PersonIdentityForm(forms.ModelForm):
 
     def clean_identity(self) -> str:
         identity = self.cleaned_data["identity"].strip()
-        problem = identity_problem(identity)
+        # (The inline's person is the page's, set on the instance before validation.)
+        problem = identity_problem(identity) or services.identity_conflict(person_id=self.instance.person_id, identity=identity)
         if problem:
             raise forms.ValidationError(problem)
         return identity
+
+
+class PersonForm(forms.ModelForm):
+    class Meta:
+        model = Person
+        fields = "__all__"
+
+    def clean_email(self) -> str:
+        email = self.cleaned_data["email"]
+        if (problem := services.email_conflict(person_id=self.instance.pk, email=email)) is not None:
+            raise forms.ValidationError(problem)
+        return email
 
 
 class PersonIdentityInline(admin.TabularInline):
@@ -76,6 +89,7 @@ class StandInInline(admin.TabularInline):
 
 @admin.register(Person)
 class PersonAdmin(admin.ModelAdmin):
+    form = PersonForm
     list_display = ("display_name", "email", "active", "user", "identity_list", "group_list")
     list_filter = ("active", "groups")
     search_fields = ("display_name", "email", "identities__identity", "user__username")

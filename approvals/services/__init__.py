@@ -38,6 +38,8 @@ from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
 from approvals.services.people import (
+    email_conflict,
+    identity_conflict,
     person_for_user,
     person_identity_link,
     person_link_by_email,
@@ -82,6 +84,8 @@ __all__ = [
     "grant_revoke",
     "grants_end_session",
     "hook_event_run",
+    "email_conflict",
+    "identity_conflict",
     "person_for_user",
     "person_identity_link",
     "person_link_by_email",

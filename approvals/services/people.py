@@ -52,11 +52,34 @@ def identity_problem(identity: str) -> str | None:
     return None
 
 
+def identity_conflict(*, person_id: int | None, identity: str) -> str | None:
+    """Why `identity` cannot be linked to the person `person_id`: an `email:` identity whose address is
+    another person's own e-mail would make the address two people (`selectors.person_of` reads the link,
+    `owner_of` the address), and a click from it could approve that person's call. None if it can."""
+    kind, _, address = identity.partition(":")
+    if kind != "email":
+        return None
+    other = Person.objects.filter(email__iexact=address).exclude(pk=person_id).first()
+    return None if other is None else f"{identity} is the e-mail of {other}: an address names one person."
+
+
+def email_conflict(*, person_id: int | None, email: str) -> str | None:
+    """Why the person `person_id` cannot have the e-mail `email`: it is linked to another person as an
+    `email:` identity (`identity_conflict`, the other way round). None if they can."""
+    if not email:
+        return None
+    link = PersonIdentity.objects.filter(identity__iexact=f"email:{email}").exclude(person_id=person_id).select_related("person").first()
+    return None if link is None else f"{email} is linked to {link.person} as {link.identity}: an address names one person."
+
+
 def person_identity_link(*, person_id: int, identity: str, source: str = IdentitySource.ADMIN) -> bool:
     """Link `identity` to the person: True if linked now, False if it already was theirs;
-    `Conflict` if it is another person's, `InvalidInput` if it is not a chat identity."""
+    `Conflict` if it is another person's (or, for an `email:` identity, another person's address),
+    `InvalidInput` if it is not a chat identity."""
     if (problem := identity_problem(identity)) is not None:
         raise InvalidInput(problem)
+    if (conflict := identity_conflict(person_id=person_id, identity=identity)) is not None:
+        raise Conflict(conflict)
     try:
         with transaction.atomic():
             PersonIdentity.objects.create(person_id=person_id, identity=identity, source=source)

@@ -9,6 +9,7 @@ the same refusal on every channel is in tests/channels_ext/contract.py (`PeopleC
 from __future__ import annotations
 
 import datetime as dt
+import html
 
 import pytest
 from django.contrib.auth.models import User
@@ -369,3 +370,37 @@ def test_a_click_by_a_person_of_the_group_reads_the_directory_once_more_and_no_m
         assert decide(confirmation_id, "approve", actor="bob").code == "recorded"
     directory = [q["sql"] for q in reads.captured_queries if "approvals_peoplegroup" in q["sql"] or "approvals_standin" in q["sql"]]
     assert len(directory) == 1, directory
+
+
+# --------------------------------------------------------------------------- one identity, one person
+
+
+def test_an_e_mail_address_names_one_person_whether_linked_or_their_own(live_gateway, signed_in):
+    """`email:ada@…` linked to Sam while Ada's own address is ada@…: a call made for ada@… would be Ada's
+    (`owner_of`) while the click from that address was Sam's (`person_of`). Neither half is accepted."""
+    from approvals.errors import Conflict
+
+    User.objects.create_superuser("root", password=PASSWORD)
+    ada = Person.objects.create(display_name="Ada Away", email="ada@example.com")
+    sam = Person.objects.create(display_name="Sam Standin", email="sam@example.com")
+    admin = signed_in("root")
+    told = "email:Ada@Example.com is the e-mail of Ada Away <ada@example.com>: an address names one person."
+
+    def save(who: Person, email: str, identity: str = ""):
+        form = {
+            "display_name": who.display_name, "email": email, "active": "on",
+            "identities-TOTAL_FORMS": "1" if identity else "0", "identities-INITIAL_FORMS": "0",
+            "identities-0-identity": identity, "identities-0-source": "admin",
+            "stand_ins-TOTAL_FORMS": "0", "stand_ins-INITIAL_FORMS": "0", "_save": "Save",
+        }  # fmt: skip
+        return html.unescape(admin.post(f"/admin/approvals/person/{who.pk}/change/", form).text)  # (a field's error)
+
+    assert told in save(sam, sam.email, identity="email:Ada@Example.com")
+    with pytest.raises(Conflict) as by_the_service:
+        services.person_identity_link(person_id=sam.pk, identity="email:Ada@Example.com")
+    assert by_the_service.value.message == told
+    services.person_identity_link(person_id=ada.pk, identity="email:ada.private@example.com")  # her own: fine
+    taken = "ada.private@example.com is linked to Ada Away <ada@example.com> as email:ada.private@example.com: an address names one person."
+    assert taken in save(sam, "ada.private@example.com")
+    assert Person.objects.get(pk=sam.pk).email == "sam@example.com"
+    assert list(sam.identities.values_list("identity", flat=True)) == []
