@@ -411,8 +411,8 @@ def approver_refusal(
     Beside the channel-native ids, a person the gate named (`group:` / `person:`, routed when the
     request was made: `approver_people`) may decide under any identity linked to them now, and so
     may a stand-in of someone routed the request while their window is open (`stand_in_for`) — each
-    only while the directory still says so (`approvals.standing.routing_refusal`). A stand-in of the person the call is
-    made for is refused like them, unless the gate allows self-approval.
+    only while the directory still says so (`approvals.standing.routing_refusal`). A stand-in of the
+    person the call is made for is refused like them, unless the gate allows self-approval.
     """
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
