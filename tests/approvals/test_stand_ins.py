@@ -28,7 +28,7 @@ from approvals.models import (
     StandIn,
     Team,
 )
-from tests.approvals.test_people import PASSWORD, TOOL, finance, signed_in, slack_config, staff  # noqa: F401 (fixtures)
+from tests.approvals.test_people import PASSWORD, TOOL, finance, signed_in, slack_config  # noqa: F401 (fixtures)
 from tests.channels_ext.slack.test_end_to_end import ALICE, BOB, MALLORY, click, notes_to, posted_card
 from tests.conftest import apply_config, decide, make_agent_client
 from tests.support import SignedIn, wait_until
@@ -181,7 +181,7 @@ def test_a_chain_of_stand_ins_reaches_nobody_beyond_the_first_and_the_owners_is_
 @pytest.fixture
 def two_teams(transactional_db) -> dict[str, Person]:
     """Closed teams `payments` (its group `payments-staff`: Ada, Fay) and `research` (`lab`: Sam)."""
-    people = {**{k: person(n, k) for k, n in [("ada", "Ada Away"), ("fay", "Fay Finance"), ("sam", "Sam Standin")]}}
+    people = {k: person(n, k) for k, n in [("ada", "Ada Away"), ("fay", "Fay Finance"), ("sam", "Sam Standin")]}
     payments, research = Team.objects.create(name="payments"), Team.objects.create(name="research")
     PeopleGroup.objects.create(name="payments-staff", team=payments).members.add(people["ada"], people["fay"])
     PeopleGroup.objects.create(name="lab", team=research).members.add(people["sam"])
