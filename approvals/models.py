@@ -255,7 +255,8 @@ class ConfirmationRequest(models.Model):
     escalate_approvers = models.JSONField(default=list, blank=True)
     # The people a gate's `group:` / `person:` approvers named, and the stand-ins of everyone named,
     # as they were when the request was made (`selectors.approver_people`):
-    # {"people": {person key: name}, "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}}.
+    # {"people": {person key: name}, "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}},
+    #  "entries": the gate's approvers as given}. Who of them still decides is read at the click (`approvals.standing`).
     approver_people = models.JSONField(default=dict, blank=True)
     escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)

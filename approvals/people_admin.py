@@ -73,6 +73,12 @@ class PersonForm(forms.ModelForm):
             self.fields["groups"].required = True  # else nobody of a team would administer them
             self.fields["user"].queryset = people_teams.users_linkable(self.admin_user, person_id=self.instance.pk)
 
+    def clean_email(self) -> str:
+        email = self.cleaned_data["email"]
+        if (problem := services.email_conflict(person_id=self.instance.pk, email=email)) is not None:
+            raise forms.ValidationError(problem)
+        return email
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if _is_superuser(self.admin_user) or self.errors:
@@ -94,7 +100,8 @@ class PersonIdentityForm(forms.ModelForm):
 
     def clean_identity(self) -> str:
         identity = self.cleaned_data["identity"].strip()
-        problem = identity_problem(identity)
+        # (The inline's person is the page's, set on the instance before validation.)
+        problem = identity_problem(identity) or services.identity_conflict(person_id=self.instance.person_id, identity=identity)
         if problem:
             raise forms.ValidationError(problem)
         return identity
@@ -134,8 +141,28 @@ class PersonIdentityInline(admin.TabularInline):
         return _for_user(super().get_formset(request, obj, **kwargs), request)
 
 
+class StandInForm(forms.ModelForm):
+    """A stand-in is of a team of the person they stand in for (docs/approving.md, "Stand-ins")."""
+
+    class Meta:
+        model = StandIn
+        fields = ("person", "delegate", "starts_at", "ends_at", "note")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        # (On a person's page the person is the page's: the inline form has no field for it.)
+        person = cleaned.get("person") or (self.instance.person if self.instance.person_id else None)
+        delegate = cleaned.get("delegate")
+        if person is not None and delegate is not None:
+            problem = services.stand_in_team_problem(person=person, delegate=delegate)
+            if problem is not None:
+                raise forms.ValidationError(problem)
+        return cleaned
+
+
 class StandInInline(admin.TabularInline):
     model = StandIn
+    form = StandInForm
     fk_name = "person"
     extra = 0
     fields = ("delegate", "starts_at", "ends_at", "note")
@@ -276,6 +303,7 @@ class PeopleGroupAdmin(admin.ModelAdmin):
 
 @admin.register(StandIn)
 class StandInAdmin(admin.ModelAdmin):
+    form = StandInForm
     list_display = ("person", "delegate", "starts_at", "ends_at", "note")
     list_filter = ("ends_at",)
     search_fields = ("person__display_name", "delegate__display_name", "person__email", "delegate__email")

@@ -20,6 +20,7 @@ from django.db.models import Count, Min, Q
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
+from approvals import standing
 from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.caches import KeyHolder, cache
 from approvals.arguments import dotted, with_edits
@@ -423,7 +424,9 @@ def approver_refusal(
 
     Beside the channel-native ids, a person the gate named (`group:` / `person:`, routed when the
     request was made: `approver_people`) may decide under any identity linked to them now, and so
-    may a stand-in of someone routed the request while their window is open (`stand_in_for`).
+    may a stand-in of someone routed the request while their window is open (`stand_in_for`) — each
+    only while the directory still says so (`approvals.standing.routing_refusal`). A stand-in of the
+    person the call is made for is refused like them, unless the gate allows self-approval.
     """
     allowed = approvers_for_channel(confirmation, channel_name=channel_name)
     if allowed is None:
@@ -431,22 +434,37 @@ def approver_refusal(
     routed = routed_people(confirmation, channel_name=channel_name)
     if identity and (routed["people"] or routed["stand_ins"]):
         # The clicker is read now; the call's owner will be (self-approval, below): in one statement.
-        _read_users_at_once([_owner_identity("" if confirmation.allow_self_approval else confirmation.user_id), identity])
+        owner = "" if confirmation.allow_self_approval else confirmation.user_id
+        _read_users_at_once([_owner_identity(owner), identity])
+        _read_links_at_once([identity, *(_owner_chat_identities(confirmation) if owner else ())])
     person = person_of(identity) if identity and (routed["people"] or routed["stand_ins"]) else ""
     standing_in = stand_in_for(routed, person=person) if person in routed["stand_ins"] else None
     if person in routed["stand_ins"] and standing_in is None:  # only a stand-in, and the window has closed
         return "not_approver", f"Your time standing in for {routed['stand_ins'][person]['name']} has ended."
+    # A channel id the gate lists itself is the config's, not the directory's: it stays an approver.
+    by_id = actor in (routed["entries"] or ())
+    if not by_id and (person in routed["people"] or standing_in is not None):
+        refusal = standing.routing_refusal(routed, person=person, standing_in=standing_in, remembered=_remembered)
+        if refusal is not None:
+            return refusal
     if allowed and actor not in allowed and person not in routed["people"] and standing_in is None:
         return "not_approver", "You are not one of the approvers of this request."
+    if standing_in is not None and not confirmation.allow_self_approval and _is_owner(confirmation, lambda: standing_in["for"]):
+        return "self_approval", standing.OWN_STAND_IN.format(standing_in["name"])
     return self_approval_refusal(confirmation, actor=actor, identity=identity)
 
 
 def routed_people(confirmation: ConfirmationRequest, *, channel_name: str) -> dict[str, Any]:
     """The people snapshot of the approver list `channel_name` decides by: {"people": {key: name},
-    "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}} (empty for raw ids)."""
+    "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}}, "entries": the gate's list as
+    given, or None for a request routed before it was kept} (empty for raw ids)."""
     escalated = bool(confirmation.escalate_channel_id) and channel_name != confirmation.channel.name
     snapshot = (confirmation.escalate_approver_people if escalated else confirmation.approver_people) or {}
-    return {"people": snapshot.get("people") or {}, "stand_ins": snapshot.get("stand_ins") or {}}
+    return {
+        "people": snapshot.get("people") or {},
+        "stand_ins": snapshot.get("stand_ins") or {},
+        "entries": snapshot.get("entries"),
+    }
 
 
 def stand_in_for(routed: dict[str, Any], *, person: str, now: dt.datetime | None = None) -> dict[str, str] | None:
@@ -468,8 +486,9 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
 
     The call's `user_id` is compared with the clicker's channel-native id (`carol`, `U0CAROL`), with
     their channel-qualified `identity` (`web:carol`), and by person: the `user_id` mapped to a person
-    (`owner_of`: an identity, an e-mail, a username) against the person behind `identity`
-    (`person_of`) — a call made for `alice@example.com` is Alice's on Slack, Feishu and the web alike.
+    (`_is_owner`: an identity, an e-mail, a username, a bare id of the request's channel) against the
+    person behind `identity` (`person_of`) — a call made for `alice@example.com` is Alice's on Slack,
+    Feishu and the web alike.
     """
     user_id = confirmation.user_id
     if confirmation.allow_self_approval or not user_id:
@@ -477,15 +496,66 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
     own = user_id in (actor, identity)
     if not own and identity:
         _read_users_at_once([_owner_identity(user_id), identity])
-        owner = owner_of(user_id)
-        own = owner is not None and owner == person_of(identity)
+        _read_links_at_once([identity, *_owner_chat_identities(confirmation)])
+        own = _is_owner(confirmation, lambda: person_of(identity))
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
+
+
+def _is_owner(confirmation: ConfirmationRequest, person: Callable[[], str]) -> bool:
+    """Whether the person `person()` answers (a `person_of` key, read only if needed) is the one the call was
+    made for: `owner_of` its `user_id`; or, for a bare id that names no Django user (`U0ALICE`), the person
+    that id is on the request's channels. (Only a directory person can be that: an unlinked id is a person
+    of its own, compared as an id already.)"""
+    owner = owner_of(confirmation.user_id)
+    if owner is not None:
+        return owner == person()
+    bare = _bare_owner_identities(confirmation)
+    if not bare:
+        return False
+    key = person()
+    return key.startswith("person:") and any(person_of(identity) == key for identity in bare)
+
+
+def _owner_chat_identities(confirmation: ConfirmationRequest) -> list[str]:
+    """The chat identities the call's `user_id` may be read as (`_is_owner`): itself when channel-qualified,
+    or as a bare id; read with the clicker's (`_read_links_at_once`)."""
+    kind, sep, _ = confirmation.user_id.partition(":")
+    return ([confirmation.user_id] if kind in ACTOR_KINDS else []) if sep else _bare_owner_identities(confirmation)
+
+
+def _bare_owner_identities(confirmation: ConfirmationRequest) -> list[str]:
+    """A bare `user_id` (no kind, no `@`: `U0ALICE`) as an identity of the request's chat channels (its own,
+    and the one it escalated to); [] for any other `user_id`. (On the web a bare id is a username: `owner_of`.)"""
+    user_id = confirmation.user_id
+    if not user_id or ":" in user_id or "@" in user_id:
+        return []
+    kinds = [confirmation.channel.kind]
+    if confirmation.escalate_channel_id and confirmation.escalated_at:
+        kinds.append(confirmation.escalate_channel.kind)
+    return [f"{kind}:{user_id}" for kind in dict.fromkeys(kinds) if kind not in (*DJANGO_USER_KINDS, "email")]
+
+
+def _read_links_at_once(identities: list[str]) -> None:
+    """Within `people_memo`: the people these chat identities are linked to, read in one statement and
+    remembered as `person_of` would answer (the clicker's, and the call's owner's by a bare id). Identities
+    of a Django user or an e-mail (found by address too) are left to their own reads."""
+    memo = _PEOPLE_MEMO.get()
+    if memo is None:
+        return
+    wanted = [
+        i
+        for i in dict.fromkeys(identities)
+        if i.partition(":")[0] not in (*DJANGO_USER_KINDS, "email") and ("person", i) not in memo
+    ]
+    if len(wanted) > 1:
+        linked = dict(PersonIdentity.objects.filter(identity__in=wanted).values_list("identity", "person_id"))
+        for identity in wanted:
+            memo[("person", identity)] = f"person:{linked[identity]}" if identity in linked else identity
 
 
 # The identity kinds of a signed-in Django user (the approval page, the admin): one person on all of them.
 DJANGO_USER_KINDS = ("web", "admin")
-# Approver entries that name people rather than a channel-native id (docs/approving.md, "People").
-PEOPLE_PREFIXES = ("group:", "person:")
+PEOPLE_PREFIXES = standing.PEOPLE_PREFIXES
 
 
 # Who is whom, remembered while a page judges many requests for one user (`people_memo`): the inbox.
@@ -725,7 +795,8 @@ def approver_routing(entries: list[str], *, kind: str, now: dt.datetime) -> tupl
     routed = list(dict.fromkeys([*raw, *_native_ids([*named.values(), *delegates.values()], kind)]))
     unresolved = [e for e in entries if e.startswith(PEOPLE_PREFIXES)] if not routed else []
     # A named list never becomes [] ("any member"): entries nobody answers to keep it closed.
-    snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins}
+    # The gate's entries too: at a click, who is still in the groups they name (`approvals.standing.routing_refusal`).
+    snapshot = {"people": {p.key: p.display_name for p in named.values()}, "stand_ins": stand_ins, "entries": list(entries)}
     return routed + unresolved, snapshot
 
 

@@ -39,12 +39,16 @@ from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
 from approvals.services.people import (
+    email_conflict,
+    identity_conflict,
     person_for_user,
     person_identity_link,
     person_link_by_email,
     person_link_offer,
     person_link_redeem,
+    stand_in_end,
     stand_in_name,
+    stand_in_team_problem,
 )
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
@@ -81,13 +85,17 @@ __all__ = [
     "grant_revoke",
     "grants_end_session",
     "hook_event_run",
+    "email_conflict",
+    "identity_conflict",
     "identity_provider_link_create",
     "person_for_user",
     "person_identity_link",
     "person_link_by_email",
     "person_link_offer",
     "person_link_redeem",
+    "stand_in_end",
     "stand_in_name",
+    "stand_in_team_problem",
     "outbox_add",
     "outbox_claim",
     "outbox_deliver",

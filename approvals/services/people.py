@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import people_teams, selectors
+from approvals import people_teams, selectors, standing
 from approvals.errors import Conflict, InvalidInput, NotFound, RateLimited
 from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
 from channels_ext.base import CHANNEL_KINDS, ChannelError
@@ -60,11 +60,34 @@ def identity_problem(identity: str) -> str | None:
     return None
 
 
+def identity_conflict(*, person_id: int | None, identity: str) -> str | None:
+    """Why `identity` cannot be linked to the person `person_id`: an `email:` identity whose address is
+    another person's own e-mail would make the address two people (`selectors.person_of` reads the link,
+    `owner_of` the address), and a click from it could approve that person's call. None if it can."""
+    kind, _, address = identity.partition(":")
+    if kind != "email":
+        return None
+    other = Person.objects.filter(email__iexact=address).exclude(pk=person_id).first()
+    return None if other is None else f"{identity} is the e-mail of {other}: an address names one person."
+
+
+def email_conflict(*, person_id: int | None, email: str) -> str | None:
+    """Why the person `person_id` cannot have the e-mail `email`: it is linked to another person as an
+    `email:` identity (`identity_conflict`, the other way round). None if they can."""
+    if not email:
+        return None
+    link = PersonIdentity.objects.filter(identity__iexact=f"email:{email}").exclude(person_id=person_id).select_related("person").first()
+    return None if link is None else f"{email} is linked to {link.person} as {link.identity}: an address names one person."
+
+
 def person_identity_link(*, person_id: int, identity: str, source: str = IdentitySource.ADMIN) -> bool:
     """Link `identity` to the person: True if linked now, False if it already was theirs;
-    `Conflict` if it is another person's, `InvalidInput` if it is not a chat identity."""
+    `Conflict` if it is another person's (or, for an `email:` identity, another person's address),
+    `InvalidInput` if it is not a chat identity."""
     if (problem := identity_problem(identity)) is not None:
         raise InvalidInput(problem)
+    if (conflict := identity_conflict(person_id=person_id, identity=identity)) is not None:
+        raise Conflict(conflict)
     try:
         with transaction.atomic():
             PersonIdentity.objects.create(person_id=person_id, identity=identity, source=source)
@@ -192,6 +215,18 @@ def person_link_redeem(*, user: AbstractBaseUser, signed: str) -> str:
     return token.identity
 
 
+def stand_in_team_problem(*, person: Person, delegate: Person) -> str | None:
+    """Why `delegate` may not stand in for `person`: a stand-in is in one of the closed teams of the person
+    they stand in for (a person in none — a single-team install — may name anyone). None if they may."""
+    teams = standing.closed_teams_of(person.pk)
+    if not teams.exists() or teams.filter(pk__in=standing.closed_teams_of(delegate.pk).values("pk")).exists():
+        return None
+    return (
+        f"{delegate.display_name} is in none of the teams of {person.display_name} ({', '.join(standing.team_names(teams))}): "
+        "a stand-in must be in the same team as the person they stand in for."
+    )
+
+
 def stand_in_name(
     *, user: AbstractBaseUser, delegate_email: str, starts_at: dt.datetime, ends_at: dt.datetime, note: str = ""
 ) -> StandIn:
@@ -207,4 +242,21 @@ def stand_in_name(
         raise InvalidInput("The window must end after it starts.")
     if ends_at <= timezone.now():
         raise InvalidInput("The window has already ended.")
+    if (problem := stand_in_team_problem(person=person, delegate=delegate)) is not None:
+        raise InvalidInput(problem)
     return StandIn.objects.create(person=person, delegate=delegate, starts_at=starts_at, ends_at=ends_at, note=note[:200])
+
+
+def stand_in_end(*, user: AbstractBaseUser, stand_in_id: int) -> tuple[StandIn, bool]:
+    """The signed-in user ends a stand-in they named, now: (it, whether this ended it — False if it had
+    ended already). A window that has not started is removed. Takes effect on requests routed to the
+    stand-in already (`approvals.standing`). `NotFound` unless it is theirs."""
+    row = StandIn.objects.select_related("delegate").filter(pk=stand_in_id, person__user=user).first()
+    if row is None:
+        raise NotFound("no stand-in of yours with that id")
+    now = timezone.now()
+    # Each a conditional statement: a concurrent end, or an end racing the window's start, ends it once.
+    if StandIn.objects.filter(pk=row.pk, starts_at__gte=now).delete()[0]:
+        return row, True
+    ended = StandIn.objects.filter(pk=row.pk, starts_at__lt=now, ends_at__gt=now).update(ends_at=now)
+    return row, bool(ended)

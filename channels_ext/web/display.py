@@ -196,4 +196,5 @@ def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Grant]:
         path="agent__team",
     )[:200]
     mine = f"web:{user.get_username()}"
-    return [g for g in grants if g.granted_by == mine or viewer_for(user, g.confirmation).can_decide]
+    with selectors.people_memo():  # who is whom (and the directory's standing) read once for the whole list
+        return [g for g in grants if g.granted_by == mine or viewer_for(user, g.confirmation).can_decide]

@@ -10,12 +10,12 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import selectors, services
-from approvals.errors import GatewayError, RateLimited
+from approvals.errors import GatewayError, NotFound, RateLimited
 from channels_ext.base import ChannelError
 
 LOGIN_URL = "approval-login"
@@ -105,6 +105,21 @@ def stand_in(request: HttpRequest) -> HttpResponse:
             return redirect("people-link")
     channels = selectors.channels_sending_direct_messages()
     return _page(request, form=LinkAskForm(channels=channels), channels=channels, stand_in=form)
+
+
+@login_required(login_url=LOGIN_URL)
+@require_POST
+def stand_in_end(request: HttpRequest, stand_in_id: int) -> HttpResponse:
+    """End a stand-in one named, now: requests routed to the stand-in already are no longer theirs to decide."""
+    try:
+        row, ended = services.stand_in_end(user=request.user, stand_in_id=stand_in_id)
+    except NotFound:
+        raise Http404("no stand-in of yours with that id") from None
+    if ended:
+        messages.success(request, f"{row.delegate.display_name} no longer stands in for you.")
+    else:
+        messages.info(request, "That stand-in had already ended.")
+    return redirect("people-link")
 
 
 @login_required(login_url=LOGIN_URL)

@@ -20,6 +20,7 @@ urlpatterns = [
     path("people/link/", people.link_ask, name="people-link"),
     path("people/link/<str:signed>/", people.link_finish, name="people-link-finish"),
     path("people/stand-in/", people.stand_in, name="people-stand-in"),
+    path("people/stand-in/<int:stand_in_id>/end", people.stand_in_end, name="people-stand-in-end"),
     # The admin's CSS and JS (a deployment behind nginx or a CDN may serve STATIC_ROOT instead).
     re_path(r"^static/(?P<path>.+)$", views.static_file, name="static-file"),
 ]

@@ -466,6 +466,29 @@ class PeopleContract:
         assert (event.actor, event.data["on_behalf_of_name"], event.data["name"]) == (stand_in.decided_by, "Ada Away", by.name)
         driver.expect_decided(card, status="approved", by=by)
 
+    def test_the_stand_in_of_the_person_a_call_is_made_for_cannot_approve_it_either(self, driver):
+        other, away = driver.approvers  # (the web page is looked at as the first approver)
+        stand_in = driver.outsider
+        ada = in_directory(away, name="Ada Away", email="ada.away@example.com")
+        sam = in_directory(stand_in, name="Sam Standin", email="sam.standin@example.com")
+        now = timezone.now()
+        StandIn.objects.create(person=ada, delegate=sam, starts_at=now - dt.timedelta(hours=1), ends_at=now + dt.timedelta(days=1))
+        agent = driver.deploy()
+        # The agent acts for Ada: separation of duties forbids her approval, and so her stand-in's.
+        confirmation_id = agent.pre_tool_use(TOOL, {"amount": 80000}, user_id="ada.away@example.com").json()["confirmation_id"]
+        card = driver.card(confirmation_id)
+        before = request_state(confirmation_id)
+
+        told = driver.click(card, stand_in, "approve")
+
+        assert told.text == "You stand in for Ada Away, for whom this call was made: a stand-in cannot approve it either."
+        assert request_state(confirmation_id) == before
+        refused = ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind="refused_click")
+        assert list(refused.values_list("actor", flat=True)) == [stand_in.decided_by]
+        driver.expect_open(card)
+        assert driver.click(card, other, "approve").taken  # anyone else may
+        assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+
 
 class EditContract(ChannelContract):
     """The contract with its edit scenarios, for channels whose cards take an approver's edits (a form on
