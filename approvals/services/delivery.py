@@ -32,12 +32,20 @@ from gateway.outbound import DeliveryFailed
 logger = logging.getLogger("approvals.services")
 
 
-def outbox_claim(*, outbox_id: int, lease_seconds: int = 60) -> Outbox | None:
+LEASE_SECONDS = 60
+# A lease younger than this is never judged by its session: the list of live sessions a statement reads is
+# the one of its start, so a session that began a moment later (a worker just started) and took the row
+# meanwhile would look gone to it.
+LEASE_SETTLING_SECONDS = 2
+
+
+def outbox_claim(*, outbox_id: int, lease_seconds: int = LEASE_SECONDS) -> Outbox | None:
     """Take a lease on a due outbox row (one conditional UPDATE); None if someone else has it.
 
     The lease is held by this worker's database session (its backend's pid, `locked_by`) and lasts at most
     `lease_seconds`: a row leased by a session that is gone — its worker killed while it delivered, the
-    process's connections closed with it — is free at once (PostgreSQL; elsewhere after `lease_seconds`)."""
+    process's connections closed with it — is free at once, once the lease is LEASE_SETTLING_SECONDS old
+    (PostgreSQL; elsewhere after `lease_seconds`)."""
     now = timezone.now()
     claimed = (
         Outbox.objects.filter(pk=outbox_id, status=OutboxStatus.PENDING)
@@ -58,7 +66,9 @@ def _lease_free(now: dt.datetime) -> Q:
     """No lease on the row: none taken, its time up, or (PostgreSQL) the session that took it is gone."""
     free = Q(locked_until__isnull=True) | Q(locked_until__lt=now)
     if connection.vendor == "postgresql":
-        free |= Q(locked_by__isnull=False) & ~Q(locked_by__in=RawSQL("SELECT pid FROM pg_stat_activity", []))
+        settled = now + dt.timedelta(seconds=LEASE_SECONDS - LEASE_SETTLING_SECONDS)
+        gone = ~Q(locked_by__in=RawSQL("SELECT pid FROM pg_stat_activity", []))
+        free |= Q(locked_by__isnull=False, locked_until__lt=settled) & gone
     return free
 
 

@@ -27,7 +27,11 @@ R = TypeVar("R")
 
 def in_a_transaction_served_again_if_dropped(work: Callable[[], R]) -> R:
     """`work()` in one `audit_transaction`; run again once, in a new one on a fresh connection, if a statement
-    of the first failed because the connection broke (nothing of it was committed)."""
+    of the first failed because the connection broke (nothing of it was committed). Inside a transaction
+    already (a caller's), nothing is served again: the caller's transaction broke with the connection."""
+    if connection.in_atomic_block:
+        with audit_transaction():
+            return work()
     try:
         return _in_a_transaction(work)
     except _BrokeBeforeCommit as broke:
