@@ -523,6 +523,9 @@ class Outbox(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     locked_until = models.DateTimeField(null=True, blank=True)
+    # The PostgreSQL backend (pid) of the session that holds the lease: a worker that dies loses its session,
+    # and with it the lease, before `locked_until` (approvals.services.delivery).
+    locked_by = models.IntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     message_ref = models.JSONField(null=True, blank=True)  # Slack channel+ts, Feishu message_id…
     payload = models.JSONField(default=dict, blank=True)

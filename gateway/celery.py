@@ -23,7 +23,8 @@ class WorkerFixupKeepingThePool(DjangoWorkerFixup):
     in PostgreSQL, every 2 s for the expiry sweep alone, beside the server on a small machine. Here the
     pools are closed where the stock fix-up closes them except around a task: in the parent, in a child
     as it starts (it inherited its parent's) and, added, as it exits. A connection kept between tasks
-    may have died (a restart, a failover): a child's pool checks each one as it lends it (one empty query).
+    may have died (a restart, a failover): the pool lends none the server has closed, in a worker as in a
+    server (gateway/postgresql/base.py).
     """
 
     _in_a_task = False
@@ -37,13 +38,6 @@ class WorkerFixupKeepingThePool(DjangoWorkerFixup):
 
     def on_task_postrun(self, sender: Any, **kwargs: Any) -> None:
         self._keeping_the_pool(super().on_task_postrun, sender, **kwargs)
-
-    def on_worker_process_init(self, **kwargs: Any) -> None:
-        super().on_worker_process_init(**kwargs)
-        for connection in self._db.connections.all():
-            if connection.settings_dict.get("OPTIONS", {}).get("pool"):
-                # Read when the child makes its pool, at its first query.
-                connection.settings_dict["CONN_HEALTH_CHECKS"] = True
 
     def on_worker_process_shutdown(self, **kwargs: Any) -> None:
         self._close_database()

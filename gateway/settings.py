@@ -135,6 +135,7 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------
+POSTGRES_ENGINE = "gateway.postgresql"
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gateway.sqlite3'}")
 
 
@@ -170,6 +171,9 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, whose pool lends only connections the server has not closed: after a restart, a
+    # failover or pg_terminate_backend no request meets a dead one (gateway/postgresql/base.py).
+    _db["ENGINE"] = POSTGRES_ENGINE
     # Django's psycopg pool: async code paths borrow a connection per read and give it back.
     _db["CONN_MAX_AGE"] = 0
     _db.setdefault("OPTIONS", {})["pool"] = {
@@ -188,7 +192,7 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     if _prepare_after:
         _db["OPTIONS"].update({"server_side_binding": True, "prepare_threshold": _prepare_after})
 DATABASES = {"default": _db}
-IS_POSTGRES = _db["ENGINE"] == "django.db.backends.postgresql"
+IS_POSTGRES = _db["ENGINE"] == POSTGRES_ENGINE
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, channel layer, Celery -----------------------------------------

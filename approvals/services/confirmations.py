@@ -62,6 +62,7 @@ from approvals.services.records import (
 )
 from approvals.services.audit import audit_append, audit_append_many, audit_transaction
 from approvals.services.grants import grant_create
+from approvals.services.replay import in_a_transaction_served_again_if_dropped
 from approvals.types import SYSTEM_ACTOR, TimersRun
 from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
 from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
@@ -431,13 +432,17 @@ def confirmation_respond(
     try:
         # Who is whom is read once per click (the clicker's person, the call's owner: judged by the page's
         # standing and again under the lock); the chain's entries are appended together, at the end.
-        with selectors.people_memo(), audit_transaction():
-            verdict = _respond(
-                channel_name=channel_name,
-                callback=callback,
-                as_admin=as_admin,
-                actor_kind=actor_kind,
-                on_behalf=on_behalf,
+        # A connection that breaks before the COMMIT (a failover, a restart) costs the click nothing: it is
+        # served again on a fresh one (approvals.services.replay).
+        with selectors.people_memo():
+            verdict = in_a_transaction_served_again_if_dropped(
+                lambda: _respond(
+                    channel_name=channel_name,
+                    callback=callback,
+                    as_admin=as_admin,
+                    actor_kind=actor_kind,
+                    on_behalf=on_behalf,
+                )
             )
     except _Duplicate as dup:
         verdict = dup.outcome

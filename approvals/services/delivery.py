@@ -14,8 +14,9 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals import selectors
@@ -31,18 +32,48 @@ from gateway.outbound import DeliveryFailed
 logger = logging.getLogger("approvals.services")
 
 
-def outbox_claim(*, outbox_id: int, lease_seconds: int = 60) -> Outbox | None:
-    """Take a lease on a due outbox row (one conditional UPDATE); None if someone else has it."""
+LEASE_SECONDS = 60
+# A lease younger than this is never judged by its session: the list of live sessions a statement reads is
+# the one of its start, so a session that began a moment later (a worker just started) and took the row
+# meanwhile would look gone to it.
+LEASE_SETTLING_SECONDS = 2
+
+
+def outbox_claim(*, outbox_id: int, lease_seconds: int = LEASE_SECONDS) -> Outbox | None:
+    """Take a lease on a due outbox row (one conditional UPDATE); None if someone else has it.
+
+    The lease is held by this worker's database session (its backend's pid, `locked_by`) and lasts at most
+    `lease_seconds`: a row leased by a session that is gone — its worker killed while it delivered, the
+    process's connections closed with it — is free at once, once the lease is LEASE_SETTLING_SECONDS old
+    (PostgreSQL; elsewhere after `lease_seconds`)."""
     now = timezone.now()
     claimed = (
         Outbox.objects.filter(pk=outbox_id, status=OutboxStatus.PENDING)
-        .filter(Q(locked_until__isnull=True) | Q(locked_until__lt=now))
+        .filter(_lease_free(now))
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-        .update(locked_until=now + dt.timedelta(seconds=lease_seconds), attempts=F("attempts") + 1)
+        .update(
+            locked_until=now + dt.timedelta(seconds=lease_seconds),
+            locked_by=_this_session(),
+            attempts=F("attempts") + 1,
+        )
     )
     if not claimed:
         return None
     return Outbox.objects.select_related("channel", "confirmation", "confirmation__agent").get(pk=outbox_id)
+
+
+def _lease_free(now: dt.datetime) -> Q:
+    """No lease on the row: none taken, its time up, or (PostgreSQL) the session that took it is gone."""
+    free = Q(locked_until__isnull=True) | Q(locked_until__lt=now)
+    if connection.vendor == "postgresql":
+        settled = now + dt.timedelta(seconds=LEASE_SECONDS - LEASE_SETTLING_SECONDS)
+        gone = ~Q(locked_by__in=RawSQL("SELECT pid FROM pg_stat_activity", []))
+        free |= Q(locked_by__isnull=False, locked_until__lt=settled) & gone
+    return free
+
+
+def _this_session() -> Any:
+    return RawSQL("pg_backend_pid()", []) if connection.vendor == "postgresql" else None
 
 
 def outbox_deliver(*, outbox_id: int) -> DeliveryResult:
@@ -79,7 +110,8 @@ def _deliver(row: Outbox) -> DeliveryResult:
         if row.kind == OutboxKind.CARD:
             _lock_request(row)
         Outbox.objects.filter(pk=row.pk).update(
-            status=OutboxStatus.SENT, sent_at=timezone.now(), locked_until=None, last_error="", message_ref=message_ref
+            status=OutboxStatus.SENT, sent_at=timezone.now(), locked_until=None, locked_by=None, last_error="",
+            message_ref=message_ref,
         )
         if row.kind == OutboxKind.CARD:
             event_record(row.confirmation, EventKind.CARD_POSTED, channel=row.channel.name, data={"ref": message_ref})
@@ -110,10 +142,13 @@ def outbox_due_ids(*, limit: int = 200) -> list[int]:
     """Rows the relay should (re)send: never picked up after a grace period, or due for a retry."""
     now = timezone.now()
     grace = now - dt.timedelta(seconds=settings.GATEWAY_OUTBOX_RELAY_AFTER_SECONDS)
+    # A row a worker began and lost (claimed: `attempts`) is due at once; one never picked up after the grace
+    # (its task may still be on its way to a worker).
+    started = Q(attempts__gt=0, next_attempt_at__isnull=True)
     return list(
         Outbox.objects.filter(status=OutboxStatus.PENDING)
-        .filter(Q(locked_until__isnull=True) | Q(locked_until__lt=now))
-        .filter(Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, created_at__lte=grace))
+        .filter(_lease_free(now))
+        .filter(Q(next_attempt_at__lte=now) | started | Q(next_attempt_at__isnull=True, created_at__lte=grace))
         .order_by("created_at")
         .values_list("pk", flat=True)[:limit]
     )
@@ -207,7 +242,9 @@ def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
         with transaction.atomic():
             if row.kind == OutboxKind.CARD:
                 _lock_request(row)
-            Outbox.objects.filter(pk=row.pk).update(status=OutboxStatus.FAILED, locked_until=None, last_error=exc.message)
+            Outbox.objects.filter(pk=row.pk).update(
+                status=OutboxStatus.FAILED, locked_until=None, locked_by=None, last_error=exc.message
+            )
             if row.channel_id:
                 Channel.objects.filter(pk=row.channel_id).update(last_error=exc.message, last_error_at=now)
             if row.kind == OutboxKind.CARD:
@@ -222,7 +259,7 @@ def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
     delay = exc.retry_after if exc.retry_after is not None else min(2 ** (row.attempts - 1), 300)
     with transaction.atomic():
         Outbox.objects.filter(pk=row.pk).update(
-            locked_until=None, last_error=exc.message, next_attempt_at=now + dt.timedelta(seconds=delay)
+            locked_until=None, locked_by=None, last_error=exc.message, next_attempt_at=now + dt.timedelta(seconds=delay)
         )
         if row.kind == OutboxKind.WEBHOOK:
             event_record(row.confirmation, EventKind.WEBHOOK_FAILED, message=exc.message, data={"attempt": row.attempts})
