@@ -44,8 +44,8 @@ from approvals.models import (
     Team,
     ToolCall,
 )
-from channels_ext.base import Callback, get_config_model, secret_keys
-from gateway.configfile import ConfigError, InvalidYaml, load_yaml
+from gateway_contract import Callback, get_config_model, secret_keys
+from gateway_utils.configfile import ConfigError, InvalidYaml, load_yaml
 from hooks.registry import validate_agent_hooks
 
 admin.site.site_header = "Approval gateway"

@@ -2,7 +2,7 @@
 the session's context (what session-start and the current turn said: `hooks.state`).
 
 They serve only while this process hears the database's change notifications
-(`gateway.realtime.listening()`): every service that changes a key, an agent or
+(`gateway_utils.realtime.listening()`): every service that changes a key, an agent or
 its hooks calls `config_changed(agent_id)` inside its transaction, which bumps
 the agent's `generation` and announces it; `hooks.state.session_remember`
 announces a session's new context the same way. The listener of every server
@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db.models import F
 
 from approvals.models import Agent
-from gateway import realtime
+from gateway_utils import realtime
 from hooks.state import SESSION_CHANGED_PREFIX, session_changed
 
 SESSION_ENTRIES = 20_000  # sessions' contexts kept per process, the least recently used dropped first

@@ -6,8 +6,8 @@ reported at once, each as a `ConfigProblem(path, message)` such as
 `agents[0].hooks[1].timeout_seconds: must be > 0`.
 
 The file is assembled from the parts that own its pieces: each channel kind's
-config model (`channels_ext.base.CHANNEL_KINDS`), each hook kind's
-(`hooks.registry`), and the reading and phrasing of `gateway.configfile`.
+config model (`gateway_contract.CHANNEL_KINDS`), each hook kind's
+(`hooks.registry`), and the reading and phrasing of `gateway_utils.configfile`.
 Build configs through these functions, not `GatewayConfig.model_validate`:
 they also fill in each hook's default name and check the references between
 hooks and channels.
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from channels_ext.base import CHANNEL_KINDS, ChannelConfigBase, get_config_model
-from gateway.configfile import (
+from gateway_contract import CHANNEL_KINDS, ChannelConfigBase, get_config_model
+from gateway_utils.configfile import (
     FILE,
     SLUG,
     ConfigError,

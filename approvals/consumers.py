@@ -19,7 +19,7 @@ Each message is the API's confirmation dict (docs/reference/api.md) plus
 
 A connection waits like the long-poll does, on the one waiting primitive
 (`approvals.waiting.confirmation_states`): one future in
-`gateway.realtime.waiters`, woken by PostgreSQL NOTIFY, with the process's
+`gateway_utils.realtime.waiters`, woken by PostgreSQL NOTIFY, with the process's
 batched re-check as the safety net; database reads borrow a connection and
 give it back at once. No thread, no held connection, no channel layer.
 """
@@ -81,7 +81,7 @@ def socket_message(state: ConfirmationState) -> dict[str, Any]:
 class ConfirmationConsumer(AsyncWebsocketConsumer):
     """Pushes one confirmation request's states to its agent, then closes."""
 
-    # Not on the channel layer: wake-ups come from gateway.realtime (PostgreSQL NOTIFY).
+    # Not on the channel layer: wake-ups come from gateway_utils.realtime (PostgreSQL NOTIFY).
     channel_layer_alias = None
 
     agent_id: int | None = None

@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
-from channels_ext.base import CHANNEL_KINDS
+from gateway_contract import CHANNEL_KINDS
 from hooks.base import grant_label
 
 
@@ -261,7 +261,7 @@ class ConfirmationRequest(models.Model):
     escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
-    # Questions (kind=question): the answer's schema (channels_ext.answers), the answer, the default on expiry.
+    # Questions (kind=question): the answer's schema (gateway_contract.answers), the answer, the default on expiry.
     answer_schema = models.JSONField(null=True, blank=True)
     answer = models.JSONField(null=True, blank=True)
     default_answer = models.JSONField(null=True, blank=True)

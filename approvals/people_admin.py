@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from approvals import people_teams, selectors, services
 from approvals.models import PeopleGroup, Person, PersonIdentity, StandIn, Team
 from approvals.services.people import identity_problem
-from channels_ext.base import CHANNEL_KINDS
+from gateway_contract import CHANNEL_KINDS
 
 # Kinds whose identity is a Django user (linked through `Person.user`, not typed here).
 _USER_KINDS = ("web", "admin")

@@ -44,7 +44,7 @@ from approvals.models import (
     ToolCall,
 )
 from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
-from channels_ext.base import ACTOR_KINDS, CardItem, CardView, ChannelAdapter, actor_label, get_adapter
+from gateway_contract import ACTOR_KINDS, CardItem, CardView, ChannelAdapter, actor_label, get_adapter
 from hooks.base import Hook, grant_label
 from hooks.registry import build, validate_agent_hooks
 

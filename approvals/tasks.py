@@ -10,7 +10,7 @@ from django.conf import settings
 
 from approvals import services
 from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
-from gateway import tracing
+from gateway_utils import tracing
 
 
 def _trace_of(request) -> dict[str, str]:

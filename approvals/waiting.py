@@ -6,7 +6,7 @@ the long-poll and pre-tool-use with `wait_seconds` (`approvals.api.asgi`),
 the Claude Code HTTP hook (`approvals.api.claude_code`), both through
 `wait_for_final`, and the WebSocket (`approvals.consumers`).
 
-A waiter is one future in `gateway.realtime.waiters` and at most one timer (its
+A waiter is one future in `gateway_utils.realtime.waiters` and at most one timer (its
 own timeout); it registers before its first read (so a decision committed in
 between still wakes it). A notification carries the request's new state, so a
 woken waiter answers without reading; the process's expiry queue expires the
@@ -45,8 +45,8 @@ from approvals.caches import cache
 from approvals.models import ApiKey, ConfirmationRequest, Status
 from approvals.services.records import ids_in
 from approvals.types import ConfirmationState
-from gateway import metrics, tracing
-from gateway.realtime import waiters
+from gateway_utils import metrics, tracing
+from gateway_utils.realtime import waiters
 
 logger = logging.getLogger("approvals.waiting")
 

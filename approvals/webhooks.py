@@ -1,6 +1,6 @@
 """The decision webhook: the final state of a request, POSTed signed to the agent's `callback_url`.
 
-Signed like every outbound webhook (Standard Webhooks, `gateway.outbound`) with
+Signed like every outbound webhook (Standard Webhooks, `gateway_utils.outbound`) with
 the agent's `webhook_secret`; delivered from the outbox, so a failing receiver
 is retried with backoff and each attempt is recorded (docs/waiting.md).
 """
@@ -11,7 +11,7 @@ import datetime as dt
 
 from approvals import selectors
 from approvals.models import ConfirmationRequest
-from gateway.outbound import post_signed
+from gateway_utils.outbound import post_signed
 
 TIMEOUT_SECONDS = 5
 

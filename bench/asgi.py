@@ -8,7 +8,7 @@ import os
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
 from gateway.asgi import application as gateway_application  # noqa: E402
-from gateway.realtime import waiters  # noqa: E402
+from gateway_utils.realtime import waiters  # noqa: E402
 
 
 def _proc_stats() -> dict:

@@ -553,7 +553,7 @@ async def raw_floor(samples: int, warmup: int = 50) -> list[float]:
     """NOTIFY on one autocommit connection -> the LISTENing connection's notifies() yields it."""
     import psycopg
 
-    from gateway.realtime import conninfo
+    from gateway_utils.realtime import conninfo
 
     info = conninfo()
     async with await psycopg.AsyncConnection.connect(info, autocommit=True) as listener, \
@@ -597,7 +597,7 @@ async def parked_waiter(server: Server, stats: Connection, auth: dict[str, str],
 
 
 async def part_wake(server: Server, ids: dict[str, Any], decisions: int, warmup: int = 20) -> dict[str, Any]:
-    from channels_ext.base import sign_confirmation_id
+    from gateway_contract import sign_confirmation_id
     from tests.fakes.slack_api import block_actions_payload, form_body, signed_slack_request
 
     log(f"2. wake: raw floor, {decisions} NOTIFY -> LISTEN round trips")

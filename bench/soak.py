@@ -392,7 +392,7 @@ async def web_loop(gateways: Gateways, auth: dict[str, str], rec: Recorder, stop
 
 async def slack_loop(gateways: Gateways, auth: dict[str, str], rec: Recorder, stop: float, every: float,
                      fake_slack: Any) -> None:  # fmt: skip
-    from channels_ext.base import sign_confirmation_id
+    from gateway_contract import sign_confirmation_id
     from tests.fakes.slack_api import block_actions_payload, form_body, signed_slack_request
 
     i = 0

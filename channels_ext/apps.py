@@ -4,7 +4,7 @@ from importlib.util import find_spec
 from django.apps import AppConfig
 from django.core import checks
 
-from channels_ext.base import CHANNEL_KINDS
+from gateway_contract import CHANNEL_KINDS
 
 
 class ChannelsExtConfig(AppConfig):

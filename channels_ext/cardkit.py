@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from channels_ext.base import CallbackError, CardView, unsign_shown_ids
+from gateway_contract import CallbackError, CardView, unsign_shown_ids
 
 STATUS_TITLES = {
     "pending": "Approval needed",

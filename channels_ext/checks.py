@@ -18,7 +18,7 @@ from django.db import connections, router
 from pydantic import BaseModel, ValidationError
 
 from approvals.models import Channel
-from channels_ext.base import CHANNEL_KINDS, get_config_model, missing_requirement
+from gateway_contract import CHANNEL_KINDS, get_config_model, missing_requirement
 
 E001 = "channels_ext.E001"  # a key of a channel's config is missing, empty or invalid
 E002 = "channels_ext.E002"  # a channel's kind has no adapter

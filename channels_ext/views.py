@@ -19,7 +19,7 @@ from django.views.decorators.http import require_http_methods
 from approvals import selectors, services
 from approvals.api.errors import error_body
 from approvals.models import Channel, ConfirmationRequest
-from channels_ext.base import Callback, CallbackError, CardView, DecisionOutcome
+from gateway_contract import Callback, CallbackError, CardView, DecisionOutcome
 
 logger = logging.getLogger("channels_ext")
 

@@ -8,7 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from gateway import tracing  # noqa: E402
+from gateway_utils import tracing  # noqa: E402
 
 tracing.configure()  # off unless OTEL_* variables ask for traces
 

@@ -9,7 +9,8 @@ from typing import Any
 from celery import Celery, signals
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
 
-from gateway import tracing, worker_logs
+from gateway import worker_logs
+from gateway_utils import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 

@@ -23,9 +23,9 @@ from prometheus_client.core import Metric
 from approvals.api.auth import bearer_token
 from approvals.api.errors import error_body
 from approvals.selectors import pending_by_channel
-from channels_ext.connections.link import CONNECTED
+from gateway_contract.links import CONNECTED
 from channels_ext.connections.status import connection_states
-from gateway import metrics
+from gateway_utils import metrics
 from gateway.celery import app as celery_app
 
 

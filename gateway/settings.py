@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.core.validators import slug_re
 
-from gateway.addresses import AllowList
+from gateway_utils.addresses import AllowList
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GATEWAY_VAR_DIR", BASE_DIR / "var"))
@@ -412,21 +412,21 @@ LOGIN_URL = "approval-login"
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_BODY_BYTES  # Django's own check agrees with the ASGI layer's
 
 # `text` (the default, what `make run` prints) or `json`: one JSON object per line, with the request,
-# agent, session, tool and confirmation a line is about (gateway.logs; docs/operating.md, "Logs").
+# agent, session, tool and confirmation a line is about (gateway_utils.logs; docs/operating.md, "Logs").
 GATEWAY_LOG_FORMAT = env_str("GATEWAY_LOG_FORMAT", "text")
 if GATEWAY_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"GATEWAY_LOG_FORMAT must be text or json, got {GATEWAY_LOG_FORMAT!r}")
 
-# Applied by `gateway.logs.configure`: uvicorn's own loggers and Python's warnings go through it too.
-LOGGING_CONFIG = "gateway.logs.configure"
+# Applied by `gateway_utils.logs.configure`: uvicorn's own loggers and Python's warnings go through it too.
+LOGGING_CONFIG = "gateway_utils.logs.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "gateway.logs.json_formatter"},
+        "json": {"()": "gateway_utils.logs.json_formatter"},
     },
-    "filters": {"context": {"()": "gateway.logs.ContextFilter"}},
+    "filters": {"context": {"()": "gateway_utils.logs.ContextFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": GATEWAY_LOG_FORMAT, "filters": ["context"]}
     },
@@ -437,6 +437,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "gateway": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "gateway_utils": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
+        "gateway_contract": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
         "approvals": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
         "hooks": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},
         "channels_ext": {"level": env_str("GATEWAY_LOG_LEVEL", "INFO")},

@@ -11,7 +11,7 @@ from django.db import IntegrityError
 
 from approvals import services
 from approvals.config_schema import load_config_file
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 
 logger = logging.getLogger("gateway")
 

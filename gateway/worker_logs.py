@@ -4,7 +4,7 @@ Left to itself, Celery replaces the root logger's handler with its own (`worker_
 the gateway's lines lose their format and the fields bound to them. Here:
 
 - a `setup_logging` receiver is connected, so Celery configures no logging at all: the gateway's
-  (`settings.LOGGING`, through `gateway.logs.configure`) applies, and `--loglevel` sets the level of
+  (`settings.LOGGING`, through `gateway_utils.logs.configure`) applies, and `--loglevel` sets the level of
   Celery's own loggers (`celery.*`); the gateway's follow GATEWAY_LOG_LEVEL. The worker applies it
   already when it starts (`celeryd_init`), before it warns of anything (running as root);
 - with GATEWAY_LOG_FORMAT=json, what Celery prints besides its logging is a JSON line too: the worker's
@@ -28,7 +28,7 @@ from celery.apps import beat as celery_beat
 from celery.apps import worker as celery_worker
 from celery.utils.imports import qualname
 
-from gateway import logs
+from gateway_utils import logs
 
 logger = logging.getLogger("gateway.celery")
 

@@ -50,7 +50,7 @@ def describe(answer_schema: dict[str, Any] | None) -> str:
 def schema_for(arguments: dict[str, Any], fixed: dict[str, Any] | None) -> dict[str, Any]:
     """The answer schema of one call: the fixed one, or what the model's `choices` / `several` say.
 
-    (The gateway's own `/mcp` tool reads choices the same way, in `channels_ext.answers.schema_from_choices`:
+    (The gateway's own `/mcp` tool reads choices the same way, in `gateway_contract.answers.schema_from_choices`:
     this package needs no server code, so the few lines are written twice.)"""
     if fixed is not None:
         return fixed

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from gateway import metrics, tracing
+from gateway_utils import metrics, tracing
 from hooks.base import (
     DECIDING_EVENTS,
     DEFAULT_MAX_ATTEMPTS,

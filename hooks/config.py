@@ -121,5 +121,5 @@ class HookConfigBase(Strict):
 
     def outbound_urls(self) -> list[tuple[str, str]]:
         """(key path, URL) of each URL this hook will call on the agent's behalf; checked by
-        `hooks.registry.validate_agent_hooks` against the outbound guard (`gateway.outbound.check_url`)."""
+        `hooks.registry.validate_agent_hooks` against the outbound guard (`gateway_utils.outbound.check_url`)."""
         return []

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Union
 from django.utils.module_loading import import_string
 from pydantic import BaseModel, Field
 
-from gateway.configfile import ConfigError, ConfigProblem, check_unique_names, validate_tagged
-from gateway.outbound import OutboundRefused, check_url
+from gateway_utils.configfile import ConfigError, ConfigProblem, check_unique_names, validate_tagged
+from gateway_utils.outbound import OutboundRefused, check_url
 from hooks.base import EVENTS, Hook
 from hooks.config import HookConfigBase
 

@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from gateway import realtime
+from gateway_utils import realtime
 from hooks.models import HookState
 
 SESSION_CONTEXT_KEY = "context"
@@ -222,7 +222,7 @@ def session_unchanged(*, agent: str, session_id: str, stored: Any) -> tuple[str,
 
 def session_remember(*, agent: str, session_id: str, values: dict[str, Any]) -> dict[str, Any]:
     """Merge `values` into the session's context; returns the context now stored. A change is
-    announced (`gateway.realtime`) so that server processes caching the context drop it."""
+    announced (`gateway_utils.realtime`) so that server processes caching the context drop it."""
     with transaction.atomic():
         state, created = HookState.objects.select_for_update().get_or_create(
             agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY, defaults={"value": {}}

@@ -81,7 +81,7 @@ def approve_with_edits(confirmation_id: Any, edits: dict[str, Any] | None = EDIT
     """alice edits the request (`edits`; None: as proposed) and approves it, through the service every
     channel calls."""
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     callback = Callback(confirmation_id=str(confirmation_id), decision="approve", actor=actor, edits=edits)
     outcome = services.confirmation_respond(channel_name="web", callback=callback)

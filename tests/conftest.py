@@ -178,7 +178,7 @@ def decisions(*confirmation_ids: str) -> list[tuple]:
 def decide(confirmation_id: str, decision: str, actor: str = "alice", reason: str = "", channel: str = "web"):
     """An approver's click, through the same service every channel calls."""
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     return services.confirmation_respond(
         channel_name=channel,

@@ -84,13 +84,13 @@ def rows_locked(queryset: Any, timeout: float = 20.0) -> Iterator[None]:
 
 def parked(confirmation_id: Any) -> bool:
     """True while an agent is parked waiting on this request in a gateway served by this process
-    (the live gateway's uvicorn thread): its waiter is registered in `gateway.realtime.waiters`
+    (the live gateway's uvicorn thread): its waiter is registered in `gateway_utils.realtime.waiters`
     and awaited, i.e. it has read the request and now sleeps until a wake-up.
 
     Registration alone comes before the waiter's first read; parked comes after it, so anything
     changed from now on is seen only through a wake-up (a notification, the re-check, its timer).
     """
-    from gateway.realtime import waiters
+    from gateway_utils.realtime import waiters
 
     # One C-level copy under the GIL: the server's thread may be adding or removing futures.
     futures = tuple(waiters._waiters.get(str(confirmation_id), ()))

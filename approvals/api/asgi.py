@@ -52,8 +52,8 @@ from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, connection_given_back, db_call, parse_timeout, wait_for_final
 from gateway_client.claude_code import blocked_output
-from gateway import logs, tracing
-from gateway.realtime import waiters
+from gateway_utils import logs, tracing
+from gateway_utils.realtime import waiters
 from hooks.state import session_changed
 
 logger = logging.getLogger("approvals.api")

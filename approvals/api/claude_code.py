@@ -46,7 +46,7 @@ from approvals.api.parsing import json_loads
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.types import PreToolUseAnswer
 from approvals.waiting import wait_for_final
-from gateway import tracing
+from gateway_utils import tracing
 from gateway_client.claude_code import (
     HookInput,
     UnsupportedEvent,

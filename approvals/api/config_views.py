@@ -24,7 +24,7 @@ from approvals.api.views import StrictSerializer
 from approvals.config_schema import config_json_schema, parse_config_text
 from approvals.errors import GatewayError, InvalidInput, NotFound
 from approvals.models import Agent
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 from hooks.registry import KNOWN_KINDS
 
 SEE_SCHEMA = (

@@ -29,7 +29,7 @@ from approvals.api.auth import bearer_token
 from approvals.errors import GatewayError
 from approvals.models import Agent
 from approvals.waiting import agent_id_for_key, wait_for_final
-from channels_ext.answers import schema_from_choices
+from gateway_contract.answers import schema_from_choices
 
 PATH = "/mcp"
 TOOL_DESCRIPTION = (

@@ -24,7 +24,7 @@ from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field, inline_serializer
 from rest_framework import serializers
 
-from gateway.outbound import allow_list
+from gateway_utils.outbound import allow_list
 
 NO_NUL_PATTERN = "^[^\\x00]*$"
 # For a field that may be blank: drf-spectacular offers "" as its own `oneOf` branch, so this one must not match it.
@@ -35,7 +35,7 @@ def callback_url_pattern() -> str:
     """What a non-empty `callback_url` may be, as the OpenAPI document states it and the server checks
     it: an http(s) URL naming its host by a DNS name — or, where GATEWAY_OUTBOUND_ALLOW
     allows loopback (`make run`, the tests), `localhost`, `127.0.0.1` or `[::1]`. Any name is
-    checked again, by what it resolves to, when the webhook connects (gateway.outbound)."""
+    checked again, by what it resolves to, when the webhook connects (gateway_utils.outbound)."""
     label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
     hosts = [f"(?:{label}\\.)+[A-Za-z]{{2,63}}"]
     if allow_list().allows_address(ipaddress.ip_address("127.0.0.1")):

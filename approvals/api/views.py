@@ -29,8 +29,8 @@ from approvals import selectors, services
 from approvals.api.schema import callback_url_pattern, error_responses
 from approvals.errors import InvalidInput
 from approvals.waiting import parse_timeout, wait_for_final
-from channels_ext import answers
-from gateway.outbound import OutboundRefused, check_url
+from gateway_contract import answers
+from gateway_utils.outbound import OutboundRefused, check_url
 
 
 def storable_text(value: str) -> bool:

@@ -85,7 +85,7 @@ from approvals.models import (
     Grant,
     ToolCall,
 )
-from gateway import metrics
+from gateway_utils import metrics
 
 logger = logging.getLogger("approvals.audit")
 PURGE_BATCH = 1000

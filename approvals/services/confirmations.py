@@ -64,9 +64,9 @@ from approvals.services.audit import audit_append, audit_append_many, audit_tran
 from approvals.services.grants import grant_create
 from approvals.services.replay import in_a_transaction_served_again_if_dropped
 from approvals.types import SYSTEM_ACTOR, TimersRun
-from channels_ext.answers import answer_from_inputs, answer_problem, answer_text
-from channels_ext.base import Callback, DecisionOutcome, draws_itself, has_turn_cards
-from gateway import metrics
+from gateway_contract.answers import answer_from_inputs, answer_problem, answer_text
+from gateway_contract import Callback, DecisionOutcome, draws_itself, has_turn_cards
+from gateway_utils import metrics
 from hooks import state as hook_state
 from hooks.base import AskSpec, grant_label, pre_tool_use_context
 from hooks.chain import mask_args, run_chain

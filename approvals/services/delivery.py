@@ -25,9 +25,9 @@ from approvals.services.confirmations import confirmation_transition
 from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
-from channels_ext.base import MessageRef
-from gateway import logs, metrics, tracing
-from gateway.outbound import DeliveryFailed
+from gateway_contract import MessageRef
+from gateway_utils import logs, metrics, tracing
+from gateway_utils.outbound import DeliveryFailed
 
 logger = logging.getLogger("approvals.services")
 

@@ -24,7 +24,7 @@ from approvals.audit import GRANT_SIGNED, decision_mac, decision_verifies
 from approvals.models import Agent, AuditAction, ConfirmationRequest, EventKind, Grant, GrantScope
 from approvals.services.audit import audit_append, audit_append_many
 from approvals.services.records import event_record
-from channels_ext.base import actor_label
+from gateway_contract import actor_label
 from hooks.base import grant_label
 
 

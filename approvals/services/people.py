@@ -21,7 +21,7 @@ from django.utils import timezone
 from approvals import people_teams, selectors, standing
 from approvals.errors import Conflict, InvalidInput, NotFound, RateLimited
 from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
-from channels_ext.base import CHANNEL_KINDS, ChannelError
+from gateway_contract import CHANNEL_KINDS, ChannelError
 from hooks import state as hook_state
 
 # A self-link lives this long: long enough to switch to the chat and back, short enough to be useless later.

@@ -17,8 +17,8 @@ from approvals.errors import InvalidInput
 from approvals.models import Agent, Channel, ConfirmationRequest, RequestKind
 from approvals.services.audit import audit_transaction
 from approvals.services.confirmations import confirmation_create
-from channels_ext.answers import SchemaError, answer_problem, check_schema
-from channels_ext.base import asks_questions
+from gateway_contract.answers import SchemaError, answer_problem, check_schema
+from gateway_contract import asks_questions
 from hooks.base import AskSpec
 
 # What a question's request records as its "tool" (the admin and the audit show it).

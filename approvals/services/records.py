@@ -16,6 +16,7 @@ import functools
 import logging
 from typing import Any
 
+from celery import current_app
 from django.db import connection, transaction
 from django.db.models import BooleanField, Case, Q, Value, When
 from django.db.models.expressions import RawSQL
@@ -31,9 +32,8 @@ from approvals.models import (
     OutboxStatus,
 )
 from approvals.services.audit import audit_append
-from channels_ext.base import draws_itself, self_drawing_kinds
-from gateway import realtime, tracing
-from gateway.celery import app
+from gateway_contract import draws_itself, self_drawing_kinds
+from gateway_utils import realtime, tracing
 
 logger = logging.getLogger("approvals.services")
 
@@ -103,7 +103,7 @@ def redraw_add(
     locked: ConfirmationRequest | None = None,
 ) -> None:
     """Write an UPDATE or REMIND row for a request — only if a card shows it somewhere that does not
-    draw itself (`channels_ext.base.ChannelKind.draws_itself`): its own card, or its turn's card
+    draw itself (`gateway_contract.ChannelKind.draws_itself`): its own card, or its turn's card
     on its lead. A request shown only on the web page needs no redraw (the page reads the row).
     One statement: the check rides on the INSERT. `locked`: the request's row (with its channel)
     read under its row lock in this transaction — if it is on a channel that draws itself, never
@@ -365,7 +365,8 @@ def enqueue(task_name: str, *args: Any) -> None:
     """Queue a task by name; if the broker is down, beat's outbox relay picks the row up later."""
     try:
         # The trace the row was written in goes with the task (empty when tracing is off).
-        app.send_task(task_name, args=args, retry=False, headers=tracing.carrier() or None)
+        # (the gateway's Celery app: `gateway.celery` makes it the current one when Django starts)
+        current_app.send_task(task_name, args=args, retry=False, headers=tracing.carrier() or None)
     except Exception as exc:
         logger.warning("could not queue %s%s (%s); the outbox relay will retry", task_name, args, exc)
 

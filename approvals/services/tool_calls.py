@@ -44,7 +44,7 @@ from approvals.services.records import insert_statement
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
-from gateway import logs, metrics, tracing
+from gateway_utils import logs, metrics, tracing
 from hooks.chain import run_chain
 
 logger = logging.getLogger("approvals.tool_calls")

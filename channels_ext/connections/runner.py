@@ -43,8 +43,8 @@ from django.utils import timezone
 
 from approvals import services
 from approvals.models import Channel
-from channels_ext.base import Callback, ChannelAdapter, Decide, DecisionOutcome, get_adapter
-from channels_ext.connections.link import (
+from gateway_contract import Callback, ChannelAdapter, Decide, DecisionOutcome, get_adapter
+from gateway_contract.links import (
     CONNECTED,
     CONNECTING,
     FAILED,

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from channels_ext.connections.link import CONNECTED
+from gateway_contract.links import CONNECTED
 from channels_ext.connections.runner import channels_needing_connections
 from channels_ext.models import ChannelConnection
 

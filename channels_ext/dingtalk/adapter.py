@@ -30,7 +30,7 @@ import requests
 from django.http import HttpRequest, HttpResponse
 from dingtalk_stream import CardCallbackMessage
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,
@@ -40,7 +40,7 @@ from channels_ext.base import (
     DecisionOutcome,
     MessageRef,
 )
-from channels_ext.connections.link import ChannelLink
+from gateway_contract.links import ChannelLink
 from channels_ext.dingtalk import cards
 from channels_ext.dingtalk.config import DingTalkChannelConfig
 from channels_ext.dingtalk.connection import DingTalkStreamLink

@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
+from gateway_contract import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
 from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text, waiting_line
 

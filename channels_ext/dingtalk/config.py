@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from channels_ext.base import ChannelConfigBase, secret
+from gateway_contract import ChannelConfigBase, secret
 
 # DingTalk's general card template (title, markdown, a row of buttons that call back over the Stream),
 # as dingtalk-stream's own card classes use it: no template of one's own needs building.

@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote_plus
 
 import requests
@@ -39,13 +39,20 @@ from dingtalk_stream.card_callback import Card_Callback_Router_Topic
 from dingtalk_stream.version import VERSION_STRING
 from websockets.exceptions import ConnectionClosed
 
-from channels_ext.base import Decide
-from channels_ext.connections.link import CONNECTED, RECONNECTING, ConnectionRefused, Report, run_on_own_loop
-
-if TYPE_CHECKING:
-    from channels_ext.dingtalk.adapter import DingTalkAdapter
+from channels_ext.dingtalk.config import DingTalkChannelConfig
+from gateway_contract import Decide
+from gateway_contract.links import CONNECTED, RECONNECTING, ConnectionRefused, Report, run_on_own_loop
 
 logger = logging.getLogger(__name__)
+
+
+class StreamHost(Protocol):
+    """What the link needs of its channel (the adapter hands itself, as slack-bolt hands its handler the app)."""
+
+    name: str
+    config: DingTalkChannelConfig
+
+    def answer_card_callback(self, data: dict[str, Any], decide: Decide, *, delivery_id: str = "") -> tuple[int, dict[str, Any]]: ...
 
 OPEN_CONNECTION_PATH = "/v1.0/gateway/connections/open"
 ACK_BUDGET_SECONDS = 2.5
@@ -129,9 +136,9 @@ class _GatewayStreamClient(DingTalkStreamClient):
 
 
 class DingTalkStreamLink:
-    """One DingTalk channel's Stream connection (channels_ext/connections/link.py's contract)."""
+    """One DingTalk channel's Stream connection (gateway_contract/links.py's contract)."""
 
-    def __init__(self, adapter: DingTalkAdapter, decide: Decide, *, budget: float = ACK_BUDGET_SECONDS):
+    def __init__(self, adapter: StreamHost, decide: Decide, *, budget: float = ACK_BUDGET_SECONDS):
         self.adapter = adapter
         self.decide = decide
         self.budget = budget

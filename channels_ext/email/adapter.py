@@ -31,7 +31,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CardView,
     ChannelAdapter,

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils.html import format_html, format_html_join
 
-from channels_ext.base import CardView
+from gateway_contract import CardView
 from channels_ext.cardkit import waiting_line
 
 SUBJECT_LIMIT = 150

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from pydantic import Field, field_validator
 
-from channels_ext.base import ChannelConfigBase, secret
+from gateway_contract import ChannelConfigBase, secret
 
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}
 

@@ -53,7 +53,7 @@ from lark_oapi.event.callback.model.p2_card_action_trigger import (
     P2CardActionTriggerResponse,
 )
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,
@@ -65,7 +65,7 @@ from channels_ext.base import (
     unsign_confirmation_id,
 )
 from channels_ext.cardkit import shown_ids, typed_edits
-from channels_ext.connections.link import ChannelLink
+from gateway_contract.links import ChannelLink
 from channels_ext.feishu import question_cards
 from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME
 from channels_ext.feishu.cards import render_card as render_approval_card

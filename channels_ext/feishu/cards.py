@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
+from gateway_contract import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
 from channels_ext.cardkit import cut, outcome_sentence, waiting_line

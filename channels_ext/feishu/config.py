@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from channels_ext.base import (
+from gateway_contract import (
     ChannelConfigBase,
     needed_in_mode,
     not_blank_in_mode,

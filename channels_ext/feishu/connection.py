@@ -43,7 +43,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 import lark_oapi as lark
@@ -71,13 +71,20 @@ from lark_oapi.ws.model import ClientConfig, Response
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from websockets.exceptions import InvalidHandshake
 
-from channels_ext.base import Decide
-from channels_ext.connections.link import CONNECTED, ConnectionRefused, Report, run_on_own_loop
-
-if TYPE_CHECKING:
-    from channels_ext.feishu.adapter import FeishuAdapter
+from channels_ext.feishu.config import FeishuChannelConfig
+from gateway_contract import Decide
+from gateway_contract.links import CONNECTED, ConnectionRefused, Report, run_on_own_loop
 
 logger = logging.getLogger(__name__)
+
+
+class LongConnectionHost(Protocol):
+    """What the link needs of its channel (the adapter hands itself, as slack-bolt hands its handler the app)."""
+
+    name: str
+    config: FeishuChannelConfig
+
+    def answer_connection_event(self, body: bytes, decide: Decide, *, delivery_id: str = "") -> dict[str, Any] | None: ...
 
 ANSWER_BUDGET_SECONDS = 2.5  # Feishu waits 3 s for the answer to a card callback
 WATCH_INTERVAL_SECONDS = 0.2
@@ -215,9 +222,9 @@ class _GatewayWsClient(LarkWsClient):
 
 
 class FeishuLongConnectionLink:
-    """One Feishu channel's long connection (channels_ext/connections/link.py's contract)."""
+    """One Feishu channel's long connection (gateway_contract/links.py's contract)."""
 
-    def __init__(self, adapter: FeishuAdapter, decide: Decide, *, budget: float = ANSWER_BUDGET_SECONDS):
+    def __init__(self, adapter: LongConnectionHost, decide: Decide, *, budget: float = ANSWER_BUDGET_SECONDS):
         self.adapter = adapter
         self.decide = decide
         self.budget = budget

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels_ext import answers
-from channels_ext.base import CardView, sign_confirmation_id
+from gateway_contract import answers
+from gateway_contract import CardView, sign_confirmation_id
 from channels_ext.cardkit import cut
 from channels_ext.cardkit import utc_text as format_time
 from channels_ext.feishu.cards import REASON_LIMIT, SHORT_LIMIT, card_frame, mention, time_left

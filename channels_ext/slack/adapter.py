@@ -28,7 +28,7 @@ from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetr
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web import SlackResponse
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,
@@ -41,8 +41,8 @@ from channels_ext.base import (
     unsign_confirmation_id,
     unsign_shown_ids,
 )
-from channels_ext.connections.link import ChannelLink
-from channels_ext import answers
+from gateway_contract.links import ChannelLink
+from gateway_contract import answers
 from channels_ext.slack import cards, question_cards
 from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.slack.connection import SlackSocketModeLink

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
+from gateway_contract import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 from channels_ext.cardkit import waiting_line
 
 ACTIONS_BLOCK_ID = "approval_actions"

@@ -44,7 +44,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -52,15 +52,24 @@ from slack_sdk.socket_mode import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
-from channels_ext.base import CallbackError, Decide
-from channels_ext.connections.link import CONNECTED, RECONNECTING, ConnectionRefused, Report
+from channels_ext.slack.config import SlackChannelConfig
+from gateway_contract import CallbackError, Decide
+from gateway_contract.links import CONNECTED, RECONNECTING, ConnectionRefused, Report
 
 if TYPE_CHECKING:
     from slack_sdk.socket_mode.builtin.connection import Connection
 
-    from channels_ext.slack.adapter import SlackAdapter
 
 logger = logging.getLogger(__name__)
+
+
+class SocketModeHost(Protocol):
+    """What the link needs of its channel (the adapter hands itself, as slack-bolt hands its handler the app)."""
+
+    name: str
+    config: SlackChannelConfig
+
+    def handle_interaction(self, payload: dict[str, Any], decide: Decide, *, dedupe_key: str = "") -> dict[str, Any] | None: ...
 # The SDK narrates every session at INFO; its warnings and errors are enough here.
 sdk_logger = logging.getLogger("channels_ext.slack.socket_mode_sdk")
 sdk_logger.setLevel(logging.WARNING)
@@ -114,11 +123,11 @@ class _GatewaySocketModeClient(SocketModeClient):
 
 
 class SlackSocketModeLink:
-    """One Slack channel's Socket Mode connection (channels_ext/connections/link.py's contract)."""
+    """One Slack channel's Socket Mode connection (gateway_contract/links.py's contract)."""
 
     def __init__(
         self,
-        adapter: SlackAdapter,
+        adapter: SocketModeHost,
         decide: Decide,
         *,
         ping_interval: float = PING_INTERVAL_SECONDS,

@@ -4,7 +4,7 @@ A question that is one choice of a few (or yes / no) is answered with a button p
 choice of many with a select menu on the card; text, numbers, several choices and forms in a modal
 (`views.open` with the click's `trigger_id`), one input block per field. Every button, option and
 the modal carry the question's signed id. What a person picks or types is read back by
-`answer_inputs` into the inputs `channels_ext.answers.answer_from_inputs` turns into the answer, which
+`answer_inputs` into the inputs `gateway_contract.answers.answer_from_inputs` turns into the answer, which
 the gateway then checks against the question's schema. Pure functions, no I/O.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels_ext import answers
-from channels_ext.base import CallbackError, CardView, sign_confirmation_id
+from gateway_contract import answers
+from gateway_contract import CallbackError, CardView, sign_confirmation_id
 from channels_ext.slack.cards import (
     FIELD_TEXT_LIMIT,
     HEADER_TEXT_LIMIT,

@@ -49,7 +49,7 @@ from microsoft_agents.hosting.core.connector.teams import TeamsConnectorClient
 from msal import ConfidentialClientApplication
 from pydantic import ValidationError
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from channels_ext.base import ChannelConfigBase, secret
+from gateway_contract import ChannelConfigBase, secret
 
 BOT_FRAMEWORK_OPENID_METADATA = "https://login.botframework.com/v1/.well-known/openidconfiguration"
 

@@ -53,7 +53,7 @@ from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,
@@ -64,7 +64,7 @@ from channels_ext.base import (
     MessageRef,
     argument_value,
 )
-from channels_ext.connections.link import ChannelLink
+from gateway_contract.links import ChannelLink
 from channels_ext.telegram import buttons, cards
 from channels_ext.telegram.config import TelegramChannelConfig
 from channels_ext.telegram.connection import ALLOWED_UPDATES, TelegramPollingLink

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from channels_ext.base import CardItem, CardView, actor_label, split_actor
+from gateway_contract import CardItem, CardView, actor_label, split_actor
 from channels_ext.telegram import buttons
 from channels_ext.cardkit import waiting_line
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from channels_ext.base import ChannelConfigBase, needed_in_mode, not_blank_in_mode, secret
+from gateway_contract import ChannelConfigBase, needed_in_mode, not_blank_in_mode, secret
 
 _BOT_TOKEN = re.compile(r"\d{1,20}:[A-Za-z0-9_-]{10,200}")
 # https://core.telegram.org/bots/api#setwebhook: 1-256 characters, A-Z, a-z, 0-9, _ and -.

@@ -22,27 +22,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from telegram import Bot
 from telegram.error import Conflict, InvalidToken, NetworkError, TelegramError
 from telegram.request import HTTPXRequest
 
-from channels_ext.base import CallbackError, Decide
-from channels_ext.connections.link import CONNECTED, ConnectionRefused, Report
-
-if TYPE_CHECKING:
-    from channels_ext.telegram.adapter import TelegramAdapter
+from channels_ext.telegram.config import TelegramChannelConfig
+from gateway_contract import CallbackError, Decide
+from gateway_contract.links import CONNECTED, ConnectionRefused, Report
 
 logger = logging.getLogger(__name__)
+
+
+class PollingHost(Protocol):
+    """What the link needs of its channel (the adapter hands itself, as slack-bolt hands its handler the app)."""
+
+    name: str
+    config: TelegramChannelConfig
+    http_timeout: float
+
+    def new_bot(self, request: HTTPXRequest) -> Bot: ...
+
+    def scrub(self, text: str) -> str: ...
+
+    def handle_update(self, data: Any, decide: Decide) -> None: ...
 
 ALLOWED_UPDATES = ["callback_query", "message"]  # taps, and replies to the gateway's questions
 WATCH_INTERVAL_SECONDS = 0.2
 
 
 class TelegramPollingLink:
-    """One Telegram channel's getUpdates long polling (channels_ext/connections/link.py's contract)."""
+    """One Telegram channel's getUpdates long polling (gateway_contract/links.py's contract)."""
 
-    def __init__(self, adapter: TelegramAdapter, decide: Decide):
+    def __init__(self, adapter: PollingHost, decide: Decide):
         self.adapter = adapter
         self.decide = decide
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from channels_ext.base import CallbackError, CardView, ChannelAdapter, Decide, MessageRef
+from gateway_contract import CallbackError, CardView, ChannelAdapter, Decide, MessageRef
 from channels_ext.web.config import WebChannelConfig
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from channels_ext.base import ChannelConfigBase
+from gateway_contract import ChannelConfigBase
 
 
 class WebChannelConfig(ChannelConfigBase):

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from channels_ext.base import CallbackError, unsign_shown_ids
+from gateway_contract import CallbackError, unsign_shown_ids
 
 # An edited argument is posted as `edit.<path>` = its new value as typed (read by the gateway as the
 # JSON type of the value it replaces: docs/approving.md).

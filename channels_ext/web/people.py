@@ -16,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import selectors, services
 from approvals.errors import GatewayError, NotFound, RateLimited
-from channels_ext.base import ChannelError
+from gateway_contract import ChannelError
 
 LOGIN_URL = "approval-login"
 

@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from approvals import selectors, services
 from approvals.arguments import get_path
 from approvals.models import ConfirmationRequest, Grant, RequestKind, Status
-from channels_ext import answers
-from channels_ext.base import Callback, sign_shown_ids
+from gateway_contract import answers
+from gateway_contract import Callback, sign_shown_ids
 from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
 from channels_ext.web.forms import BatchForm, DecisionForm
 

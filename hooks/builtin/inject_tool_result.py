@@ -20,7 +20,7 @@ import httpx
 from django.utils import timezone
 from pydantic import Field, model_validator
 
-from gateway.outbound import OutboundRefused, guarded_async_client, guarded_client
+from gateway_utils.outbound import OutboundRefused, guarded_async_client, guarded_client
 from hooks import state
 from hooks.base import Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, HttpUrl, Strict
@@ -167,7 +167,7 @@ async def _call_mcp_tool(server: Any, tool_name: str, arguments: dict[str, Any])
         if server.command is not None:
             target: Any = StdioServerParameters(command=server.command[0], args=list(server.command[1:]))
         else:
-            # The SDK's HTTP client, through the outbound guard (gateway.outbound): every connection checked.
+            # The SDK's HTTP client, through the outbound guard (gateway_utils.outbound): every connection checked.
             http = await stack.enter_async_context(guarded_async_client(timeout=MCP_TIMEOUT_SECONDS))
             target = streamable_http_client(server.url, http_client=http)
         with anyio.fail_after(MCP_TIMEOUT_SECONDS):

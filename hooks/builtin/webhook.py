@@ -15,7 +15,7 @@ from typing import Literal
 import httpx
 from pydantic import Field
 
-from gateway.outbound import USER_AGENT, OutboundRefused, guarded_client, signed_headers
+from gateway_utils.outbound import USER_AGENT, OutboundRefused, guarded_client, signed_headers
 from hooks.base import Hook, HookContext, HookResult
 from hooks.builtin.external import event_payload, parse_answer
 from hooks.config import Event, HookConfigBase, HttpUrl
@@ -32,7 +32,7 @@ def signing_key(secret: str) -> str | bytes:
 
 
 def _post(url: str, body: str, headers: dict[str, str], timeout: float) -> httpx.Response:
-    """POST through the outbound guard: the URL's address must be public or allowed (gateway.outbound)."""
+    """POST through the outbound guard: the URL's address must be public or allowed (gateway_utils.outbound)."""
     with guarded_client(timeout=timeout) as client:
         return client.post(url, content=body, headers=headers)
 

@@ -27,7 +27,7 @@ from approvals.models import (
     ToolCall,
 )
 from approvals import services
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.conftest import WEB_GATE_CONFIG, apply_config, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

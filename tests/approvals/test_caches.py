@@ -15,7 +15,7 @@ from django.test import Client
 from approvals import services
 from approvals.caches import cache
 from approvals.models import Agent, AgentConfigVersion, ApiKey, ToolCall
-from gateway import realtime
+from gateway_utils import realtime
 from hooks import state as hook_state
 from hooks.models import HookState
 from tests.conftest import apply_config, make_agent_client

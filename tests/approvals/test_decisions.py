@@ -6,7 +6,7 @@ import pytest
 
 from approvals import services
 from approvals.models import Agent, ConfirmationRequest
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.approvals.test_races import CONFIG
 from tests.conftest import apply_config
 

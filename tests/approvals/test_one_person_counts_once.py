@@ -15,7 +15,7 @@ from django.db import connection
 
 from approvals import selectors, services
 from approvals.models import Agent, ApproverResponse, Channel, ConfirmationRequest
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.conftest import apply_config, make_agent_client
 from tests.support import SignedIn
 

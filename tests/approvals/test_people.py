@@ -23,7 +23,7 @@ from approvals.models import (
     PersonIdentity,
     StandIn,
 )
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,
     BOB,

@@ -14,7 +14,7 @@ from approvals.audit import audit_verify
 from django.utils import timezone
 
 from approvals.models import ConfirmationEvent, ConfirmationRequest, Outbox
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.approvals.test_webhooks import receiver  # noqa: F401 - a fixture
 from tests.approvals.test_websocket import close_code, open_socket, receive
 from tests.conftest import apply_config

@@ -13,7 +13,7 @@ from django.utils import timezone
 from approvals import services
 from approvals.errors import AlreadyDecided
 from approvals.models import Agent, ConfirmationEvent, ConfirmationRequest, Outbox
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.conftest import apply_config
 from tests.support import rewrite_request, wait_until
 

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from approvals import services
 from approvals.config_schema import parse_config_text
 from approvals.models import Agent, AgentConfigVersion, Channel, Team
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 from tests.conftest import apply_config
 
 pytestmark = pytest.mark.django_db(transaction=True)

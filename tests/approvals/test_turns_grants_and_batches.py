@@ -25,7 +25,7 @@ from approvals.models import (
     Outbox,
     ToolCall,
 )
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import apply_config
 from tests.support import rewrite_grant, wait_until

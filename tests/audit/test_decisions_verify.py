@@ -19,7 +19,7 @@ from django.utils import timezone
 from approvals.models import ApproverResponse, ConfirmationRequest, Grant, Status
 from approvals.selectors import UNVERIFIED_REASON
 from approvals.services.records import _state_sql
-from gateway import realtime
+from gateway_utils import realtime
 from tests.approvals.test_websocket import open_socket, receive
 from tests.audit.support import verify_fails, verify_problems
 from tests.conftest import AgentClient, apply_config, decide, make_agent_client
@@ -172,7 +172,7 @@ def test_a_forged_notification_never_answers_a_held_ask_allow(payer):
 def test_a_swapped_edit_is_denied_and_named(payer):
     first = ask(payer, args={"amount": 5, "to": "acme"}, idempotency_key="k-5")
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     services.confirmation_respond(
         channel_name="web",
@@ -215,7 +215,7 @@ def test_a_response_forged_in_sql_does_not_count_towards_a_quorum_and_is_named(p
 def test_a_grant_inserted_or_unrevoked_in_sql_allows_nothing_and_is_named(payer):
     first = ask(payer, args={"amount": 1})
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     services.confirmation_respond(
         channel_name="web",
@@ -248,7 +248,7 @@ def test_a_grant_rolled_back_to_its_signed_state_from_before_its_revocation_is_n
     (saved from the database earlier, or from a backup) un-revokes it with a valid MAC. The chain recorded
     the revocation: the grant is not used, and `verify_audit` names it."""
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     first = ask(payer, args={"amount": 1})
     services.confirmation_respond(

@@ -27,7 +27,7 @@ from approvals.models import (
     ToolCall,
 )
 from tests.audit.support import agents, some_history, verify, verify_fails
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.conftest import apply_config, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,8 +22,8 @@ from approvals.audit import audit_verify
 from approvals.models import ConfirmationRequest, Status
 from approvals.selectors import UNVERIFIED_QUESTION_REASON
 from approvals.services.records import _state_sql
-from channels_ext.base import Callback
-from gateway import realtime
+from gateway_contract import Callback
+from gateway_utils import realtime
 from tests.approvals.test_webhooks import receiver, start_receiver  # noqa: F401 - a fixture
 from tests.approvals.test_websocket import close_code, open_socket, receive
 from tests.audit.support import verify_problems

@@ -10,7 +10,7 @@ from approvals.models import Channel
 from channels_ext.checks import check_channel_configs
 from channels_ext.feishu.config import FeishuChannelConfig
 from channels_ext.slack.config import SlackChannelConfig
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 
 SLACK = "{name: ops, kind: slack, bot_token: xoxb-1, channel_id: C1"
 FEISHU = "{name: fs, kind: feishu, app_id: cli_1, app_secret: s, chat_id: oc_1"

@@ -12,7 +12,7 @@ from django.core.management.base import SystemCheckError
 from django.db import connection, transaction
 
 from approvals.models import Channel
-from channels_ext.base import CHANNEL_KINDS
+from gateway_contract import CHANNEL_KINDS
 from channels_ext.checks import check_channel_configs
 from tests.conftest import apply_config
 

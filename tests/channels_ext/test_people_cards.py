@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from channels_ext.base import CardView
+from gateway_contract import CardView
 from channels_ext.dingtalk.cards import card_markdown as dingtalk_markdown
 from channels_ext.email.cards import Links, card_mail, decided_mail
 from channels_ext.feishu.cards import render_card as feishu_card

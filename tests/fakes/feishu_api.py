@@ -29,7 +29,7 @@ import pytest
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from channels_ext.base import sign_confirmation_id
+from gateway_contract import sign_confirmation_id
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "feishu"
 

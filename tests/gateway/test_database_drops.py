@@ -23,7 +23,7 @@ from django.db import connection
 from websockets.sync.client import connect
 
 from approvals.models import ConfirmationRequest, Outbox
-from channels_ext.base import sign_confirmation_id
+from gateway_contract import sign_confirmation_id
 from tests.channels_ext.web.conftest import PASSWORD, HeldCall
 from tests.conftest import AgentClient, apply_config, decide, make_agent_client
 from tests.fakes.slack_api import FakeSlack, block_actions_payload, form_body, signed_slack_request

@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from gateway.realtime import conninfo
+from gateway_utils.realtime import conninfo
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import logs
+from gateway_utils import logs
 from tests.conftest import apply_config, decide, make_agent_client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def _log_in_a_process(log_format: str | None, *, before: str = "") -> subprocess
     script = (
         "import django, logging; django.setup()\n"
         f"{before}"
-        "from gateway import logs\n"
+        "from gateway_utils import logs\n"
         "with logs.bound(agent='purchasing-bot', confirmation_id='c-1'):\n"
         "    logging.getLogger('approvals.confirmations').info('confirmation %s', 'approved')\n"
     )

@@ -16,9 +16,9 @@ import pytest
 
 from approvals import services
 from approvals.models import Agent, ConfirmationEvent, Outbox, OutboxKind
-from gateway.addresses import AllowList, address_refusal
-from gateway.configfile import ConfigError
-from gateway.outbound import OutboundRefused, check_url, guarded_client
+from gateway_utils.addresses import AllowList, address_refusal
+from gateway_utils.configfile import ConfigError
+from gateway_utils.outbound import OutboundRefused, check_url, guarded_client
 from tests.conftest import apply_config, decide
 
 LOOPBACK_ALLOWED = ("127.0.0.0/8", "::1")

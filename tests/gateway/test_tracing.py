@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from approvals.models import Outbox
-from gateway import tracing
+from gateway_utils import tracing
 from gateway_client import GatewayClient
 from tests.conftest import apply_config, decide, make_agent_client
 from tests.fakes.slack_api import FakeSlack
@@ -284,7 +284,7 @@ def _run(env: dict[str, str]) -> subprocess.CompletedProcess:
     script = (
         "import django; django.setup()\n"
         "from opentelemetry import trace\n"
-        "from gateway import tracing\n"
+        "from gateway_utils import tracing\n"
         "print('on' if tracing.configure() else 'off')\n"
         "with tracing.tool_span(tool_name='fs__read', tool_call_id='call_1'):\n"
         "    pass\n"

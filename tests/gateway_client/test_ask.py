@@ -10,7 +10,7 @@ import pytest
 
 from approvals import services
 from approvals.models import ConfirmationRequest
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from gateway_client import AsyncGatewayClient, InvalidRequest, NoAnswer
 from tests.gateway_client.test_client import restart_while_the_client_waits
 from tests.support import InThread, parked, wait_until

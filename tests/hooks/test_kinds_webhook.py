@@ -225,7 +225,7 @@ def test_a_webhook_can_decide_another_event(live_gateway, transactional_db, poli
 
 def test_an_approvers_edit_judged_again_is_sent_marked_check_only(live_gateway, transactional_db, policy_service):
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     apply_config(f"""
 channels: [{{name: web, kind: web}}]

@@ -14,7 +14,7 @@ from approvals.config_schema import load_config_file, parse_config_text
 from channels_ext.feishu.config import FeishuChannelConfig
 from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.web.config import WebChannelConfig
-from gateway.configfile import ConfigError, ConfigProblem
+from gateway_utils.configfile import ConfigError, ConfigProblem
 from hooks.base import EVENTS
 from hooks.builtin.approval_gate import ApprovalGateConfig
 from hooks.builtin.inject_tool_result import InjectToolResultConfig
@@ -315,7 +315,7 @@ def test_it_names_a_bad_channel_key_by_its_path():
 
 
 def test_it_refuses_an_unknown_channel_kind():
-    from channels_ext.base import CHANNEL_KINDS
+    from gateway_contract import CHANNEL_KINDS
 
     assert problems_of("channels: [{name: t, kind: pager}]") == [
         ("channels[0].kind", f"unknown channel kind 'pager'; known kinds: {', '.join(CHANNEL_KINDS)}")

@@ -17,7 +17,7 @@ call_command("migrate", verbosity=0)
 from approvals import services
 from approvals.config_schema import parse_config_text
 from approvals.models import Agent, ApproverResponse, ConfirmationRequest, Outbox
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from django.contrib.auth.models import User
 
 for name in ("alice", "carol"):

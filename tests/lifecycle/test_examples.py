@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from approvals.config_schema import load_config_file, parse_config_text
-from gateway.configfile import load_yaml
+from gateway_utils.configfile import load_yaml
 from hooks.registry import validate_agent_hooks
 from tests.conftest import apply_config
 from tests.lifecycle.conftest import LifecycleAgent

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals import services
 from approvals.config_schema import load_config_file
-from gateway.configfile import ConfigError
+from gateway_utils.configfile import ConfigError
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from approvals.audit import ExpectedHead, audit_verify, heads_from_text, resign_chains, sign_decisions
 from approvals.management.arguments import agent_by_name, since_option
-from gateway import metrics
+from gateway_utils import metrics
 
 
 def expected_heads(values: list[str]) -> list[ExpectedHead]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from channels_ext.connections.link import ConnectionRefused
+from gateway_contract.links import ConnectionRefused
 from channels_ext.connections.runner import Backoff, ConnectionRunner, channels_needing_connections
 
 EXIT_REFUSED = 2  # a vendor refused a channel's credentials

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from approvals import selectors
 from approvals.models import Channel
-from channels_ext.base import ChannelError
+from gateway_contract import ChannelError
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from approvals.models import ApproverResponse, Channel, ConfirmationEvent, ConfirmationRequest, Outbox
-from channels_ext.connections.link import ConnectionRefused
+from gateway_contract.links import ConnectionRefused
 from channels_ext.dingtalk.cards import button_id, parse_button_id
 from tests.channels_ext.connections_support import RunningConnections, connection_state, running_connections
 from tests.channels_ext.contract import request_state

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 from lark_oapi.core.utils import AESCipher
 
-from channels_ext.base import Callback, CallbackError, DecisionOutcome, get_adapter
+from gateway_contract import Callback, CallbackError, DecisionOutcome, get_adapter
 from channels_ext.feishu.adapter import FeishuAdapter
 from tests.channels_ext.feishu.test_cards import APPROVER, CONFIRMATION_ID, card_view, interactive_elements
 from tests.fakes.feishu_api import (

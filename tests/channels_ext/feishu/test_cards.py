@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from channels_ext.base import CardView, unsign_confirmation_id
+from gateway_contract import CardView, unsign_confirmation_id
 from channels_ext.feishu.cards import ARG_VALUE_LIMIT, render_card
 
 CONFIRMATION_ID = "7d1f0a52-3c55-4d0e-9a56-0f1f3b1d2e11"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from approvals.models import Outbox
-from channels_ext.base import unsign_confirmation_id
+from gateway_contract import unsign_confirmation_id
 from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
 from tests.channels_ext.feishu.test_end_to_end import (

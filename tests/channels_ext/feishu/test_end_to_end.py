@@ -28,7 +28,7 @@ from approvals.models import (
     ConfirmationRequest,
     Outbox,
 )
-from channels_ext.base import unsign_confirmation_id
+from gateway_contract import unsign_confirmation_id
 from channels_ext.feishu.cards import escape
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
 from tests.conftest import AgentClient, apply_config, make_agent_client

@@ -8,7 +8,7 @@ from typing import Any
 import lark_oapi as lark
 import pytest
 
-from channels_ext.base import ChannelError, MessageRef, get_adapter, unsign_confirmation_id
+from gateway_contract import ChannelError, MessageRef, get_adapter, unsign_confirmation_id
 from channels_ext.feishu.adapter import FeishuAdapter
 from tests.channels_ext.feishu.test_cards import APPROVER, CONFIRMATION_ID, card_view, interactive_elements
 from tests.fakes.feishu_api import (

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from approvals.models import ApproverResponse, ConfirmationRequest, Outbox
-from channels_ext.base import sign_shown_ids, unsign_shown_ids
+from gateway_contract import sign_shown_ids, unsign_shown_ids
 from tests.channels_ext.contract import TOOL
 from tests.channels_ext.feishu.test_cards import interactive_elements, markdown_of
 from tests.channels_ext.feishu.test_end_to_end import (  # noqa: F401 - fixture: deploy

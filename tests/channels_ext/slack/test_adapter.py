@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from channels_ext.base import CardView, ChannelError, MessageRef, get_adapter, unsign_confirmation_id
+from gateway_contract import CardView, ChannelError, MessageRef, get_adapter, unsign_confirmation_id
 from channels_ext.slack.adapter import SlackAdapter
 from tests.fakes.slack_api import FakeSlack
 

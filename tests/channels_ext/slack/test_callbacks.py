@@ -12,7 +12,7 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 
-from channels_ext.base import (
+from gateway_contract import (
     Callback,
     CallbackError,
     CardView,

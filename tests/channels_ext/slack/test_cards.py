@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from channels_ext.base import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
+from gateway_contract import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
 from channels_ext.slack import cards
 
 URL = "http://127.0.0.1:8000/approvals/6f1c2e1a-0000-4000-8000-000000000001"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from approvals.models import ApproverResponse
-from channels_ext.base import unsign_confirmation_id
+from gateway_contract import unsign_confirmation_id
 from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.slack.test_end_to_end import (
     ALICE,

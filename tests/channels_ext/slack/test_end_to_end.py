@@ -36,7 +36,7 @@ from approvals.models import (
     Outbox,
 )
 from approvals.tasks import relay_outbox
-from channels_ext.base import sign_confirmation_id
+from gateway_contract import sign_confirmation_id
 from tests.conftest import AgentClient, apply_config, make_agent_client
 from tests.fakes.slack_api import (
     FakeSlack,

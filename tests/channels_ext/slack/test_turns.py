@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from approvals.models import ApproverResponse, ConfirmationRequest, Outbox
-from channels_ext.base import sign_confirmation_id, unsign_shown_ids
+from gateway_contract import sign_confirmation_id, unsign_shown_ids
 from tests.channels_ext.slack.test_end_to_end import (  # noqa: F401 - fixtures: background, slack_agent
     ALICE,
     BOB,

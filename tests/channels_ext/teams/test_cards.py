@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from channels_ext.base import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
+from gateway_contract import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
 from channels_ext.teams.cards import render_card
 from tests.channels_ext.teams.support import executes, find_all, inputs
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from approvals.models import Outbox
-from channels_ext.base import unsign_confirmation_id
+from gateway_contract import unsign_confirmation_id
 from tests.channels_ext.contract import EditContract, PeopleContract, Person, Told, gate_keys, more_hooks
 from tests.channels_ext.teams.support import (
     ALICE,

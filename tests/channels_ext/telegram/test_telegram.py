@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from approvals.models import Channel, ConfirmationEvent, ConfirmationRequest, Outbox
 from approvals.tasks import run_timers
-from channels_ext.base import CardItem, CardView
+from gateway_contract import CardItem, CardView
 from channels_ext.telegram import buttons, cards
 from tests.channels_ext.contract import TOOL, request_state
 from tests.channels_ext.telegram.support import (

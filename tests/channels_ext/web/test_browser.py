@@ -9,7 +9,7 @@ import pytest
 
 from approvals import services
 from approvals.models import ConfirmationRequest
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.channels_ext.web.conftest import PASSWORD, HeldCall, sign_in_from_the_link
 from tests.conftest import WEB_GATE_CONFIG, apply_config, decide
 

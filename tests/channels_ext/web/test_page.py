@@ -99,7 +99,7 @@ def test_a_decision_posted_for_a_request_that_does_not_exist_is_404_and_writes_n
 
 def test_the_service_refuses_a_standing_judged_from_the_row_and_a_card_at_once():
     from approvals import services
-    from channels_ext.base import Callback
+    from gateway_contract import Callback
 
     with pytest.raises(ValueError, match="on_behalf draws no card"):
         services.confirmation_respond(

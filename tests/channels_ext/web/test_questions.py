@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from approvals import services
 from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest
-from channels_ext.base import Callback
+from gateway_contract import Callback
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.support import wait_until
 

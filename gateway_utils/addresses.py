@@ -3,7 +3,7 @@
 Pure functions, no I/O: `address_refusal` says why an address is not a public
 one (loopback, private, link-local, a cloud metadata service, …), and
 `AllowList` is `GATEWAY_OUTBOUND_ALLOW` parsed (CIDRs, addresses, host names).
-`gateway.outbound` resolves names and applies both, at config time and again
+`gateway_utils.outbound` resolves names and applies both, at config time and again
 on every connection; `gateway.settings` uses `AllowList.parse` to refuse a bad
 setting at start-up. A leaf module: standard library only.
 """

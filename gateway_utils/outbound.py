@@ -12,7 +12,7 @@ The outbound guard (SSRF): a URL someone else chose — an agent's
 `callback_url`, a `webhook` hook's `url`, an `inject_tool_result` source, an
 MCP server's URL — is refused when its host is, or resolves to, a loopback,
 private, link-local, cloud-metadata or otherwise non-public address
-(`gateway.addresses`), unless `GATEWAY_OUTBOUND_ALLOW` allows that network or
+(`gateway_utils.addresses`), unless `GATEWAY_OUTBOUND_ALLOW` allows that network or
 host name. `check_url` says so when the URL is configured; `guarded_client`
 and `guarded_async_client` check again on every connection: their transport
 resolves the name once, checks every address it got, and connects to the
@@ -41,7 +41,7 @@ import httpx
 from django.conf import settings
 from standardwebhooks.webhooks import Webhook
 
-from gateway.addresses import AllowList, address_refusal, parse_address
+from gateway_utils.addresses import AllowList, address_refusal, parse_address
 
 USER_AGENT = "approval-gateway-webhook/1"
 
@@ -52,7 +52,7 @@ TRANSIENT_STATUSES = frozenset({408, 425, 429})
 class DeliveryFailed(Exception):
     """An outbound call that failed. Transient ones are retried; permanent ones are recorded and given up.
 
-    `channels_ext.base.ChannelError` is the channel adapters' kind of it.
+    `gateway_contract.ChannelError` is the channel adapters' kind of it.
     """
 
     def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None, code: str = ""):

@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-logger = logging.getLogger("gateway.realtime")
+logger = logging.getLogger("gateway_utils.realtime")
 
 CHANNEL = "gateway_confirmation_changed"
 CONFIG_CHANNEL = "gateway_config_changed"

@@ -1,0 +1,66 @@
+"""The contract the gateway's core and its channels share, below both (docs/architecture.md).
+
+The core (`approvals`) and every channel package (`channels_ext.<kind>`) import it; it imports neither.
+What it holds: the one list of channel kinds and their capabilities (`registry`), the config every
+channel has (`config`), what a card shows (`cards`), the adapter contract with its callbacks and
+outcomes (`adapter`), the link that brings clicks over an outbound connection (`links`), ids signed
+into buttons (`signing`) and the answers a question may take (`answers`).
+"""
+
+from gateway_contract.registry import (  # noqa: F401
+    ACTOR_KINDS,
+    CHANNEL_KINDS,
+    ChannelKind,
+    asks_questions,
+    draws_itself,
+    has_turn_cards,
+    kind_spec,
+    missing_requirement,
+    question_kinds,
+    self_drawing_kinds,
+)
+from gateway_contract.config import (  # noqa: F401
+    ChannelConfigBase,
+    get_config_model,
+    needed_in_mode,
+    not_blank_in_mode,
+    secret,
+    secret_keys,
+)
+from gateway_contract.cards import (  # noqa: F401
+    CardItem,
+    CardView,
+    actor_label,
+    argument_value,
+    split_actor,
+)
+from gateway_contract.adapter import (  # noqa: F401
+    Callback,
+    CallbackError,
+    ChannelAdapter,
+    ChannelError,
+    Decide,
+    Decision,
+    DecisionOutcome,
+    MessageRef,
+    Show,
+    get_adapter,
+    get_adapter_class,
+)
+from gateway_contract.signing import (  # noqa: F401
+    sign_confirmation_id,
+    sign_shown_ids,
+    unsign_confirmation_id,
+    unsign_shown_ids,
+)
+from gateway_contract.links import (  # noqa: F401
+    CONNECTED,
+    CONNECTING,
+    ChannelLink,
+    ConnectionRefused,
+    FAILED,
+    RECONNECTING,
+    Report,
+    STOPPED,
+    run_on_own_loop,
+)
