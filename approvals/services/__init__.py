@@ -7,7 +7,8 @@
 - `delivery`: the outbox's work done outside the database (cards, redraws, webhooks);
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
 - `api_keys`: keys created, revoked, touched;
-- `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
+- `audit`: the tamper-evident chain appended to with every chained write (docs/audit.md);
+- `audit_retention`: the chain's heads recorded outside the database, and the purge.
 - `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
 - `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups);
@@ -19,7 +20,8 @@ the modules import each other directly, never through this package.
 
 from approvals.services.agents import agent_create, agent_hooks_apply, agent_set_read_only, config_apply
 from approvals.services.api_keys import api_key_create, api_key_revoke, api_key_touch, api_key_touch_by_id
-from approvals.services.audit import audit_append, audit_checkpoint, audit_purge
+from approvals.services.audit import audit_append
+from approvals.services.audit_retention import audit_checkpoint, audit_purge
 from approvals.services.confirmations import (
     confirmation_cancel,
     confirmation_cancel_by_staff,
