@@ -142,7 +142,6 @@ def _record_keys(label: str, fields: tuple[str, ...]) -> tuple[tuple[str, str | 
     return tuple((_string(key) + ":", key if key in fields else None) for key in sorted({label, *fields}))
 
 
-
 # --------------------------------------------------------------------------- content hashes and entries
 
 
