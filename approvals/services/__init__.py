@@ -2,12 +2,18 @@
 
 - `tool_calls`: pre-tool-use — the hook chain, the audited `ToolCall`, idempotent replays;
 - `lifecycle`: the other events (session start, turns, after the call, errors);
-- `confirmations`: requests created, decided, cancelled, expired, reminded, escalated;
+- `confirmations`: requests created (with their cards), moved out of pending (`confirmation_transition`), cancelled;
+- `clicks`: an approver's click on one request, a batch, a turn card's "all";
+- `responses`: one click applied under the request's row lock (who may decide, one response per person, the quorum);
+- `edits`: what an approval may carry (edited arguments judged again, a scope) checked;
+- `expiry`: requests expired at their deadline (a late click, a waiter, the sweep);
+- `timers`: requests reminded, warned of their deadline, escalated;
 - `records`: the events and outbox rows written beside a change;
 - `delivery`: the outbox's work done outside the database (cards, redraws, webhooks);
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
 - `api_keys`: keys created, revoked, touched;
-- `audit`: the tamper-evident chain appended to with every chained write, and the purge (docs/audit.md).
+- `audit`: the tamper-evident chain appended to with every chained write (docs/audit.md);
+- `audit_retention`: the chain's heads recorded outside the database, and the purge.
 - `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
 - `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups);
@@ -19,23 +25,17 @@ the modules import each other directly, never through this package.
 
 from approvals.services.agents import agent_create, agent_hooks_apply, agent_set_read_only, config_apply
 from approvals.services.api_keys import api_key_create, api_key_revoke, api_key_touch, api_key_touch_by_id
-from approvals.services.audit import audit_append, audit_checkpoint, audit_purge
+from approvals.services.audit import audit_append
+from approvals.services.audit_retention import audit_checkpoint, audit_purge
+from approvals.services.clicks import confirmation_respond, confirmations_respond
 from approvals.services.confirmations import (
     confirmation_cancel,
     confirmation_cancel_by_staff,
     confirmation_create,
-    confirmation_escalate,
-    confirmation_expire,
-    confirmation_expire_due,
-    confirmations_expire,
-    confirmation_remind,
-    confirmation_respond,
-    confirmation_timers_due,
     confirmation_transition,
-    confirmation_warn,
-    confirmations_respond,
 )
 from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
+from approvals.services.expiry import confirmation_expire, confirmation_expire_due, confirmations_expire
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
 from approvals.services.people import (
@@ -53,6 +53,12 @@ from approvals.services.people import (
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
 from approvals.services.sign_in import identity_provider_link_create, user_from_identity_provider
+from approvals.services.timers import (
+    confirmation_escalate,
+    confirmation_remind,
+    confirmation_timers_due,
+    confirmation_warn,
+)
 from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
 __all__ = [

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ConfirmationRequest
-from approvals.services.confirmations import _LOCKED_READ
+from approvals.services.responses import _LOCKED_READ
 from tests.conftest import apply_config
 
 pytestmark = pytest.mark.django_db(transaction=True)

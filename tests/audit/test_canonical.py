@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from approvals.audit import REQUEST_SIGNED, SOURCES, _signed_text, canonical, content_hash
+from approvals.audit import REQUEST_SIGNED, SOURCES, canonical, content_hash
+from approvals.audit.signing import _signed_text
 from approvals.models import ConfirmationRequest
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from approvals.models import ApproverResponse, ConfirmationEvent
-from approvals.services.confirmations import NOT_ON_CARD, STALE_CARD
+from approvals.services.clicks import NOT_ON_CARD, STALE_CARD
 from gateway_contract import sign_shown_ids
 from tests.channels_ext.web.conftest import PASSWORD
 from tests.conftest import ask_in_turn, decisions

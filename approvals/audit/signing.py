@@ -1,0 +1,201 @@
+"""What is hashed of each chained row and signed of each decision row, the audit key, and the formulas:
+a decision row's MAC, a row's content hash, an entry's signature (docs/audit.md). The part both the
+writers (`approvals.services.audit`) and the check (`approvals.audit.verify`) need."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii as _string  # (C) what json.dumps makes of a str
+from typing import Any
+
+from django.conf import settings
+
+from approvals.audit.canonical_text import canonical
+from approvals.models import (
+    ApproverResponse,
+    AuditEntry,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Grant,
+    ToolCall,
+)
+
+GENESIS = "0" * 64  # the `prev_hash` of an agent's first entry
+
+# What is hashed of each chained row: every column, so no change to a row goes unseen. A column
+# added to a chained model must be added here, by a migration that links every existing row again
+# (a `retained` entry each), or rows written before it stop verifying.
+TOOL_CALL_FIELDS = (
+    "id", "agent_id", "session_id", "turn_id", "tool_call_id", "tool_name", "tool_args", "user_id", "metadata",
+    "decision", "reason", "decided_by_hook", "hook_decisions", "config_version", "confirmation_id",
+    "idempotency_key", "request_fingerprint", "response", "created_at", "outcome", "result", "result_size",
+    "duration_ms", "completed_at", "grant_id", "ran_args",
+)  # fmt: skip
+EVENT_FIELDS = ("id", "confirmation_id", "kind", "actor", "channel", "message", "data", "created_at")
+
+
+# What `decision_mac` signs of each decision row: the fields that decide what an agent is answered or
+# whether a click may decide. ONE tuple per model: a field that comes to decide (a person, an answer)
+# is added here — and signed for existing rows by a migration that calls `sign_all` — and every
+# writer and reader follows. (Fields the timers move — `remind_at`, `warn_at`, `escalated_at` — and
+# counters — a grant's `uses` — are not signed: changing them decides nothing.)
+REQUEST_SIGNED = (
+    "id", "agent_id", "session_id", "tool_name", "tool_args", "user_id", "channel_id", "approvers",
+    "approvals_required", "allow_self_approval", "status", "decided_by", "decided_at", "decision_reason",
+    "hook_name", "editable_paths", "edit_types", "arg_edits", "approved_args", "grant_options", "args_fingerprint",
+    "turn_id", "expires_at", "on_timeout", "escalate_channel_id", "escalate_approvers", "callback_url",
+    "approver_people", "escalate_approver_people", "kind", "answer_schema", "answer", "default_answer",
+    "reason",  # the question's text, or why the call was gated: what the people deciding read (migration 0016)
+)  # fmt: skip
+RESPONSE_SIGNED = ("confirmation_id", "approver", "person", "on_behalf_of", "decision", "reason", "channel")
+GRANT_SIGNED = (
+    "id", "agent_id", "session_id", "user_id", "tool_name", "gate", "args_fingerprint", "scope", "minutes",
+    "expires_at", "granted_by", "confirmation_id", "revoked_at",
+)  # fmt: skip
+# Every chained source: what is hashed of its rows (for a decision row, what its MAC signs), and the
+# entry column that names the row.
+SOURCES = {
+    "tool_call": TOOL_CALL_FIELDS,
+    "event": EVENT_FIELDS,
+    "request": REQUEST_SIGNED,
+    "response": ("id", *RESPONSE_SIGNED),
+    "grant": GRANT_SIGNED,
+}
+LINKS = {
+    "tool_call": "tool_call_id",
+    "event": "event_id",
+    "request": "confirmation_id",
+    "response": "response_id",
+    "grant": "grant_id",
+}
+SOURCE_OF: dict[type, str] = {
+    ToolCall: "tool_call",
+    ConfirmationEvent: "event",
+    ConfirmationRequest: "request",
+    ApproverResponse: "response",
+    Grant: "grant",
+}
+SIGNED: dict[type, tuple[str, ...]] = {
+    ConfirmationRequest: REQUEST_SIGNED,
+    ApproverResponse: RESPONSE_SIGNED,
+    Grant: GRANT_SIGNED,
+}
+_SIGNED_NAME = {ConfirmationRequest: "request", ApproverResponse: "response", Grant: "grant"}
+
+
+# --------------------------------------------------------------------------- the audit key
+
+
+def current_key_id() -> str:
+    """The id of the key new entries and decision rows are signed with (GATEWAY_AUDIT_KEY)."""
+    return settings.GATEWAY_AUDIT_KEY_ID
+
+
+def audit_key(key_id: str) -> bytes | None:
+    """The audit key `key_id` (GATEWAY_AUDIT_KEY, or one of GATEWAY_AUDIT_OLD_KEYS); None if it is not configured."""
+    return settings.GATEWAY_AUDIT_KEYS.get(key_id)
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def decision_mac(model: type, row: Any, *, fields: tuple[str, ...] | None = None) -> str:
+    """`<key id>:<HMAC>` of a decision row's signed fields (a model instance or a `values()` dict), under
+    the current key: what the service that writes those fields stores in `decision_mac`. (`fields`: other
+    than `SIGNED[model]`, for a migration that changes them.)"""
+    key_id = current_key_id()
+    return f"{key_id}:{_mac(settings.GATEWAY_AUDIT_KEYS[key_id], _signed_text(model, row, fields))}"
+
+
+def decision_verifies(model: type, row: Any, mac: str | None = None, *, fields: tuple[str, ...] | None = None) -> bool:
+    """Whether a decision row's `decision_mac` (or `mac`) signs its fields as they are, under the key it
+    names (the current key or one listed in GATEWAY_AUDIT_OLD_KEYS). (`fields`: as `decision_mac`'s.)"""
+    if mac is None:
+        mac = row["decision_mac"] if isinstance(row, Mapping) else row.decision_mac
+    key_id, _, signature = (mac or "").partition(":")
+    key = audit_key(key_id)
+    return key is not None and hmac.compare_digest(signature, _mac(key, _signed_text(model, row, fields)))
+
+
+def _signed_text(model: type, row: Any, fields: tuple[str, ...] | None = None) -> str:
+    """`canonical({"signed": <name>, <field>: <value>, …})` of a decision row's signed fields."""
+    return _record_text("signed", _SIGNED_NAME[model], fields or SIGNED[model], row)
+
+
+def _record_text(label: str, name: str, fields: tuple[str, ...], row: Any) -> str:
+    """`canonical({label: name, **{field: row's value}})`, with the keys' order and text worked out once
+    per tuple of fields (every key is a plain field name)."""
+    get = row.__getitem__ if isinstance(row, Mapping) else functools.partial(getattr, row)
+    return "{" + ",".join([
+        prefix + (canonical(get(field)) if field is not None else _string(name))
+        for prefix, field in _record_keys(label, fields)
+    ]) + "}"  # fmt: skip
+
+
+@functools.cache
+def _record_keys(label: str, fields: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """(`"key":`, the field it holds — None for `label`), in canonical (sorted) order."""
+    return tuple((_string(key) + ":", key if key in fields else None) for key in sorted({label, *fields}))
+
+
+# --------------------------------------------------------------------------- content hashes and entries
+
+
+def content_of(source: str, row: Any) -> dict[str, Any]:
+    """The hashed fields of a row (a model instance or a `values()` dict)."""
+    fields = SOURCES[source]
+    if isinstance(row, Mapping):
+        return {f: row[f] for f in fields}
+    return {f: getattr(row, f) for f in fields}
+
+
+def content_hash(source: str, row: Any, *, fields: tuple[str, ...] | None = None) -> str:
+    """SHA-256 of what a chained row says now (`fields`: other than `SOURCES[source]`, for a migration)."""
+    text = _record_text("source", source, fields or SOURCES[source], row)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def entry_tail(*, action: str, source: str, source_id: Any, content: str) -> str:
+    """The part of an entry's hashed text known before its place in the chain."""
+    return f"{action}|{source}|{source_id}|{content}"
+
+
+def entry_hash(*, agent_id: int, seq: int, tail: str, prev_hash: str, key_id: str) -> str:
+    """HMAC-SHA256, under the audit key `key_id`, of `key id|agent|seq|action|source|source id|content
+    hash|previous hash`: without the key, no one can write an entry that verifies."""
+    key = audit_key(key_id)
+    if key is None:
+        raise KeyError(f"audit key {key_id!r} is not configured (GATEWAY_AUDIT_KEY, GATEWAY_AUDIT_OLD_KEYS)")
+    return _mac(key, f"{key_id}|{agent_id}|{seq}|{tail}|{prev_hash}")
+
+
+def chained_row_verifies(source: str, row: Any) -> bool:
+    """Whether a chained row (a `ToolCall`, as read) is what the latest entry about it recorded, and that
+    entry is signed: what a repeat ask answers from (one indexed read)."""
+    link = LINKS[source]
+    row_id = row["id"] if isinstance(row, Mapping) else row.pk
+    entry = (
+        AuditEntry.objects.filter(**{link: row_id})
+        .order_by("-seq")
+        .values("agent_id", "seq", "action", "content_hash", "prev_hash", "entry_hash", "key_id")
+        .first()
+    )
+    if entry is None or audit_key(entry["key_id"]) is None:
+        return False
+    tail = entry_tail(action=entry["action"], source=source, source_id=row_id, content=entry["content_hash"])
+    signed = entry_hash(agent_id=entry["agent_id"], seq=entry["seq"], tail=tail, prev_hash=entry["prev_hash"],
+                        key_id=entry["key_id"])  # fmt: skip
+    return hmac.compare_digest(signed, entry["entry_hash"]) and content_hash(source, row) == entry["content_hash"]
+
+
+def entry_source(entry: AuditEntry | Mapping[str, Any]) -> tuple[str, Any]:
+    """(source, id) of the row an entry is about."""
+    get = entry.get if isinstance(entry, Mapping) else lambda f: getattr(entry, f)
+    for source, link in LINKS.items():
+        if get(link) is not None:
+            return source, get(link)
+    return "event", None
