@@ -38,10 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench import run  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.database import setup_database  # noqa: E402
+from bench.parts.allow import allow_targets  # noqa: E402
+from bench.parts.create import part_decide  # noqa: E402
 
 
-class VariantServer(run.Server):
+class VariantServer(harness.Server):
     """`bench.asgi` under uvicorn from `source` (a checkout of the gateway), with `env` added."""
 
     def __init__(self, name: str, *, source: Path, env: dict[str, str], pin: bool) -> None:
@@ -49,15 +52,15 @@ class VariantServer(run.Server):
         self.name, self.source, self.extra = name, source, env
 
     def start(self, health: str = "/healthz") -> VariantServer:
-        saved_root, saved_env = run.ROOT, dict(run.BENCH_ENV)
-        run.ROOT = self.source
-        run.BENCH_ENV.update(self.extra)
+        saved_root, saved_env = harness.ROOT, dict(harness.BENCH_ENV)
+        harness.ROOT = self.source
+        harness.BENCH_ENV.update(self.extra)
         try:
             super().start(health)
         finally:
-            run.ROOT = saved_root
-            run.BENCH_ENV.clear()
-            run.BENCH_ENV.update(saved_env)
+            harness.ROOT = saved_root
+            harness.BENCH_ENV.clear()
+            harness.BENCH_ENV.update(saved_env)
         return self
 
 
@@ -71,10 +74,10 @@ def source_of(revision: str, into: Path) -> Path:
 
 async def measure(server: VariantServer, ids: dict[str, Any], *, seconds: float, concurrency: int, alone: int,
                   decisions: int) -> dict[str, Any]:  # fmt: skip
-    target = run.allow_targets(ids)["pre_tool_use"]
-    loop = await run.closed_loop(server, *target, seconds=seconds, concurrency=concurrency)
-    one = await run.sequential(server, *target, n=alone)
-    decided = await run.part_decide(server, ids, decisions=decisions)
+    target = allow_targets(ids)["pre_tool_use"]
+    loop = await harness.closed_loop(server, *target, seconds=seconds, concurrency=concurrency)
+    one = await harness.sequential(server, *target, n=alone)
+    decided = await part_decide(server, ids, decisions=decisions)
     return {"rps": loop["rps"], "errors": loop["errors"], "alone": one, "decide_ms": decided["form_post_ms"]}
 
 
@@ -85,7 +88,7 @@ def lending_alone(n: int = 5000) -> dict[str, dict[str, float]]:
     from gateway.postgresql.base import closed_by_server
 
     looks = {"none": lambda conn: None, "poll": closed_by_server, "round_trip": ConnectionPool.check_connection}
-    info = run.DATABASE_URL
+    info = harness.DATABASE_URL
     timings: dict[str, list[float]] = {name: [] for name in looks}
     with ConnectionPool(info, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True) as pool:
         pool.wait()
@@ -102,18 +105,18 @@ def lending_alone(n: int = 5000) -> dict[str, dict[str, float]]:
 
 
 async def main_async(args: argparse.Namespace, variants: dict[str, tuple[Path, dict[str, str]]]) -> dict[str, Any]:
-    ids = await asyncio.to_thread(run.setup_database)
+    ids = await asyncio.to_thread(setup_database)
     lending = await asyncio.to_thread(lending_alone)
-    run.log(f"lending alone: {lending}")
+    harness.log(f"lending alone: {lending}")
     servers = {name: VariantServer(name, source=src, env=env, pin=args.pin).start() for name, (src, env) in variants.items()}
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     try:
         for server in servers.values():  # warm-up: every code path loaded, the pool filled
-            await run.closed_loop(server, *run.allow_targets(ids)["pre_tool_use"], seconds=2, concurrency=args.concurrency)
+            await harness.closed_loop(server, *allow_targets(ids)["pre_tool_use"], seconds=2, concurrency=args.concurrency)
         for number in range(args.rounds):
             order = list(servers) if number % 2 == 0 else list(reversed(servers))
             for name in order:
-                run.log(f"round {number + 1}/{args.rounds}: {name}")
+                harness.log(f"round {number + 1}/{args.rounds}: {name}")
                 rounds[name].append(
                     await measure(servers[name], ids, seconds=args.seconds, concurrency=args.concurrency,
                                   alone=args.alone, decisions=args.decisions)  # fmt: skip
@@ -128,7 +131,7 @@ async def main_async(args: argparse.Namespace, variants: dict[str, tuple[Path, d
             "allow_rps_median": round(statistics.median(r["rps"] for r in measured), 1),
             "allow_rps_rounds": [round(r["rps"], 1) for r in measured],
             "allow_errors": sum(r["errors"] for r in measured),
-            "allow_alone_ms": run.summary_ms(alone),
+            "allow_alone_ms": harness.summary_ms(alone),
             "decide_p50_ms_rounds": [r["decide_ms"]["p50"] for r in measured],
             "decide_p50_ms_median": round(statistics.median(r["decide_ms"]["p50"] for r in measured), 3),
         }
@@ -147,7 +150,7 @@ def main() -> int:
     parser.add_argument("--no-pin", dest="pin", action="store_false")
     args = parser.parse_args()
     if args.pin and len(os.sched_getaffinity(0)) >= 2:
-        os.sched_setaffinity(0, {run.CLIENT_CPU})
+        os.sched_setaffinity(0, {harness.CLIENT_CPU})
     else:
         args.pin = False
     variants: dict[str, tuple[Path, dict[str, str]]] = {}

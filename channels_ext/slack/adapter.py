@@ -6,7 +6,8 @@ ways (the channel's `mode`, docs/slack.md): as HTTP requests to
 before anything is parsed, or over Socket Mode (channels_ext/slack/connection.py),
 where the connection itself is the authentication. Both hand the interaction
 payload to `handle_interaction`: the same parsing, the same `decide`, the same
-answer (an HTTP body, or a Socket Mode ack's payload).
+answer (an HTTP body, or a Socket Mode ack's payload). The payloads' shapes are
+channels_ext/slack/payloads.py's; a failed Web API call is classed in api_errors.py.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ import logging
 from collections.abc import Callable
 from http.client import HTTPException
 from typing import Any, ClassVar
-from urllib.parse import parse_qs
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
@@ -39,150 +38,28 @@ from gateway_contract import (
     sign_confirmation_id,
     split_actor,
     unsign_confirmation_id,
-    unsign_shown_ids,
 )
 from gateway_contract.links import ChannelLink
 from gateway_contract import answers
 from channels_ext.slack import cards, question_cards
+from channels_ext.slack.api_errors import api_error
 from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.slack.connection import SlackSocketModeLink
+from channels_ext.slack.payloads import (
+    AnswerMetadata,
+    BlockActions,
+    EditMetadata,
+    RejectMetadata,
+    ViewSubmission,
+    form_payload,
+    grant_index,
+    parse,
+    turn_button,
+    view_callback_id,
+)
 from channels_ext.slack.tasks import send_response_url
 
 logger = logging.getLogger(__name__)
-
-# Errors that retrying cannot fix: bad credentials, a channel we cannot post to,
-# a message we built wrong or can no longer edit.
-PERMANENT_ERRORS = frozenset(
-    {
-        "invalid_auth",
-        "not_authed",
-        "account_inactive",
-        "token_revoked",
-        "channel_not_found",
-        "not_in_channel",
-        "is_archived",
-        "missing_scope",
-        "invalid_blocks",
-        "msg_too_long",
-        "no_text",
-        "message_not_found",
-        "cant_update_message",
-        "edit_window_closed",
-    }
-)
-
-
-class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-
-class _User(_Payload):
-    id: str = Field(min_length=1)
-    name: str = ""
-    username: str = ""
-
-    @property
-    def display_name(self) -> str:
-        return self.name or self.username
-
-
-class _Action(_Payload):
-    action_id: str
-    value: str = ""
-    selected_option: dict[str, Any] | None = None  # a select menu's choice
-
-
-class _Container(_Payload):
-    channel_id: str = ""
-    message_ts: str = ""
-
-
-class _BlockActions(_Payload):
-    user: _User
-    actions: list[_Action] = Field(min_length=1)
-    trigger_id: str = ""
-    response_url: str = ""
-    container: _Container = _Container()
-
-
-class _ViewState(_Payload):
-    values: dict[str, dict[str, dict[str, Any]]]
-
-
-class _View(_Payload):
-    callback_id: str = ""
-    private_metadata: str = ""
-    state: _ViewState
-
-
-class _ViewSubmission(_Payload):
-    user: _User
-    view: _View
-
-
-class _RejectMetadata(_Payload):
-    """What the reject modal carries from the click to the submission."""
-
-    confirmation: str = Field(min_length=1)  # the signed confirmation id, as on the button
-    response_url: str = ""
-    channel: str = ""
-    ts: str = ""
-    whole_turn: bool = False  # Reject all on a turn's card
-    shown: str = ""  # with whole_turn: the Reject all button's value (the calls it decides, signed)
-
-
-class _AnswerMetadata(_Payload):
-    """What the answer modal carries from the click to the submission."""
-
-    question: str = Field(min_length=1)  # the signed question id, as on the button
-    response_url: str = ""
-
-
-class _EditMetadata(_Payload):
-    """What the edit modal carries from the click to the submission."""
-
-    confirmation: str = Field(min_length=1)  # the signed confirmation id, as on the button
-    paths: list[str] = Field(max_length=cards.MAX_EDIT_FIELDS)  # block edit_<n> holds the value of paths[n]
-    response_url: str = ""
-
-
-def _parse(model: type[_Payload], data: Any, what: str) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        raise CallbackError(400, f"malformed Slack {what}: {err.error_count()} problem(s)") from None
-
-
-def _header(headers: Any, name: str) -> str | None:
-    for key, value in (headers or {}).items():
-        if key.lower() == name.lower():
-            return value[0] if isinstance(value, list) else value
-    return None
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = _header(headers, "Retry-After")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _api_error(method: str, err: SlackApiError) -> ChannelError:
-    """Class a SlackApiError (raised after the SDK's own retries) as permanent or transient."""
-    response = err.response
-    status = response.status_code
-    data = response.data if isinstance(response.data, dict) else {}
-    code = str(data.get("error") or f"http_{status}")[:100]
-    message = f"slack {method} failed: {code}"
-    if status == 429:
-        return ChannelError(message, retry_after=_retry_after(response.headers), code=code)
-    if code in PERMANENT_ERRORS:
-        return ChannelError(message, permanent=True, code=code)
-    if 400 <= status < 500 and status != 408:
-        # e.g. 404 from a wrong api_base_url: a configuration problem, not a blip.
-        return ChannelError(message, permanent=True, code=code)
-    return ChannelError(message, code=code)
 
 
 class SlackAdapter(ChannelAdapter):
@@ -309,7 +186,7 @@ class SlackAdapter(ChannelAdapter):
         try:
             return send()
         except SlackApiError as err:
-            error = _api_error(method, err)
+            error = api_error(method, err)
             logger.warning("%s (status %s)", error.message, err.response.status_code)
             raise error from None
         except SlackRequestError as err:
@@ -335,7 +212,7 @@ class SlackAdapter(ChannelAdapter):
                 403, f"this channel takes its clicks over Slack Socket Mode (mode: {self.config.mode}), not at this URL"
             )
         body = self._verified_body(request)
-        answer = self.handle_interaction(self._payload(body), decide)
+        answer = self.handle_interaction(form_payload(body), decide)
         return JsonResponse(answer) if answer is not None else HttpResponse(status=200)
 
     def handle_interaction(self, payload: dict[str, Any], decide: Decide, *, dedupe_key: str = "") -> dict[str, Any] | None:
@@ -348,16 +225,16 @@ class SlackAdapter(ChannelAdapter):
         """
         kind = payload.get("type")
         if kind == "block_actions":
-            return self._on_block_actions(_parse(_BlockActions, payload, "block_actions payload"), decide, dedupe_key)
-        if kind == "view_submission" and _view_callback_id(payload) == cards.REJECT_MODAL_CALLBACK_ID:
+            return self._on_block_actions(parse(BlockActions, payload, "block_actions payload"), decide, dedupe_key)
+        if kind == "view_submission" and view_callback_id(payload) == cards.REJECT_MODAL_CALLBACK_ID:
             return self._on_reject_submission(
-                _parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
+                parse(ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
             )
-        if kind == "view_submission" and _view_callback_id(payload) == cards.EDIT_MODAL_CALLBACK_ID:
-            return self._on_edit_submission(_parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key)
-        if kind == "view_submission" and _view_callback_id(payload) == question_cards.MODAL_CALLBACK_ID:
+        if kind == "view_submission" and view_callback_id(payload) == cards.EDIT_MODAL_CALLBACK_ID:
+            return self._on_edit_submission(parse(ViewSubmission, payload, "view_submission payload"), decide, dedupe_key)
+        if kind == "view_submission" and view_callback_id(payload) == question_cards.MODAL_CALLBACK_ID:
             return self._on_answer_submission(
-                _parse(_ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
+                parse(ViewSubmission, payload, "view_submission payload"), decide, dedupe_key
             )
         # Recognised but not ours to act on (view_closed, other views…): a 200 stops Slack showing an error.
         return None
@@ -380,30 +257,12 @@ class SlackAdapter(ChannelAdapter):
             raise CallbackError(401, "Slack request signature is missing, stale or wrong")
         return body
 
-    @staticmethod
-    def _payload(body: bytes) -> dict[str, Any]:
-        try:
-            form = parse_qs(
-                body.decode("utf-8"), keep_blank_values=True, strict_parsing=True, errors="strict", max_num_fields=2
-            )
-        except ValueError:  # includes UnicodeDecodeError and too many fields
-            raise CallbackError(400, "the body is not a URL-encoded form") from None
-        if set(form) != {"payload"} or len(form["payload"]) != 1:
-            raise CallbackError(400, "the form must hold exactly one `payload` field")
-        try:
-            payload = json.loads(form["payload"][0])
-        except ValueError:
-            raise CallbackError(400, "the `payload` field is not JSON") from None
-        if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-            raise CallbackError(400, "the `payload` field is not a Slack interaction payload")
-        return payload
-
-    def _on_block_actions(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> dict[str, Any] | None:
+    def _on_block_actions(self, payload: BlockActions, decide: Decide, dedupe_key: str) -> dict[str, Any] | None:
         action = payload.actions[0]
         action_id = action.action_id
         if question_cards.is_question_action(action_id):
             return self._on_question_click(payload, decide, dedupe_key)
-        grant = _grant_index(action_id)
+        grant = grant_index(action_id)
         known = (
             cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID, cards.EDIT_BUTTON_ACTION_ID,
             cards.APPROVE_ALL_ACTION_ID, cards.REJECT_ALL_ACTION_ID,
@@ -414,7 +273,7 @@ class SlackAdapter(ChannelAdapter):
             raise CallbackError(400, f"the {action_id} button carries no value")
         whole_turn = action_id in (cards.APPROVE_ALL_ACTION_ID, cards.REJECT_ALL_ACTION_ID)
         if whole_turn:
-            confirmation_id, shown_ids = _turn_button(action.value)
+            confirmation_id, shown_ids = turn_button(action.value)
         else:
             confirmation_id, shown_ids = unsign_confirmation_id(action.value), None
         user = payload.user
@@ -446,7 +305,7 @@ class SlackAdapter(ChannelAdapter):
             if not paths:
                 self._tell_clicker(payload.response_url, "This request's gate does not allow editing its arguments.")
                 return None
-            metadata = _EditMetadata(
+            metadata = EditMetadata(
                 confirmation=sign_confirmation_id(confirmation_id), paths=paths, response_url=payload.response_url
             )
             view = cards.edit_modal(outcome.card, private_metadata=metadata.model_dump_json())
@@ -460,7 +319,7 @@ class SlackAdapter(ChannelAdapter):
             return None
         if not payload.trigger_id:
             raise CallbackError(400, "the reject click carries no trigger_id")
-        metadata = _RejectMetadata(
+        metadata = RejectMetadata(
             confirmation=sign_confirmation_id(confirmation_id),
             response_url=payload.response_url,
             channel=payload.container.channel_id,
@@ -473,7 +332,7 @@ class SlackAdapter(ChannelAdapter):
         self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
         return None
 
-    def _on_question_click(self, payload: _BlockActions, decide: Decide, dedupe_key: str) -> None:
+    def _on_question_click(self, payload: BlockActions, decide: Decide, dedupe_key: str) -> None:
         """An option button or the select menu answers at once; the Answer button opens the modal."""
         action = payload.actions[0]
         selected = action.selected_option.get("value") if action.selected_option else None
@@ -492,7 +351,7 @@ class SlackAdapter(ChannelAdapter):
         if action.action_id == question_cards.OPEN_ACTION_ID:
             if not payload.trigger_id:
                 raise CallbackError(400, "the answer click carries no trigger_id")
-            metadata = _AnswerMetadata(question=signed, response_url=payload.response_url)
+            metadata = AnswerMetadata(question=signed, response_url=payload.response_url)
             view = question_cards.answer_modal(probe.card, private_metadata=metadata.model_dump_json())
             self._open_modal(payload, view, probe.card, "the answer form")
             return None
@@ -505,12 +364,12 @@ class SlackAdapter(ChannelAdapter):
             self._tell_clicker(payload.response_url, cards.escape(outcome.message))
         return None
 
-    def _on_answer_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
+    def _on_answer_submission(self, payload: ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:
             metadata_json = json.loads(payload.view.private_metadata)
         except ValueError:
             raise CallbackError(400, "the answer form's private_metadata is not JSON") from None
-        metadata: _AnswerMetadata = _parse(_AnswerMetadata, metadata_json, "answer form metadata")
+        metadata: AnswerMetadata = parse(AnswerMetadata, metadata_json, "answer form metadata")
         question_id = unsign_confirmation_id(metadata.question)
         user = payload.user
         # The schema is the question's as the gateway holds it (never the form's): read it without deciding.
@@ -536,21 +395,21 @@ class SlackAdapter(ChannelAdapter):
             return {"response_action": "clear"}
         return {"response_action": "errors", "errors": {question_cards.first_block_id(): outcome.message[:500]}}
 
-    def _open_modal(self, payload: _BlockActions, view: dict[str, Any], card: CardView | None, what: str) -> None:
+    def _open_modal(self, payload: BlockActions, view: dict[str, Any], card: CardView | None, what: str) -> None:
         try:
             self.interactive_client.views_open(trigger_id=payload.trigger_id, view=view)
         except (SlackClientError, OSError, HTTPException) as err:
-            failure = _api_error("views.open", err).message if isinstance(err, SlackApiError) else type(err).__name__
+            failure = api_error("views.open", err).message if isinstance(err, SlackApiError) else type(err).__name__
             logger.warning("slack views.open failed: %s", failure)
             where = f" or decide on the web page: <{card.url}|open it>" if card else ""
             self._tell_clicker(payload.response_url, f"Could not open {what}; please try again{where}.")
 
-    def _on_edit_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
+    def _on_edit_submission(self, payload: ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:
             metadata_json = json.loads(payload.view.private_metadata)
         except ValueError:
             raise CallbackError(400, "the edit form's private_metadata is not JSON") from None
-        metadata: _EditMetadata = _parse(_EditMetadata, metadata_json, "edit form metadata")
+        metadata: EditMetadata = parse(EditMetadata, metadata_json, "edit form metadata")
         confirmation_id = unsign_confirmation_id(metadata.confirmation)
         typed_edits: dict[str, str] = {}
         for number, path in enumerate(metadata.paths):
@@ -578,16 +437,16 @@ class SlackAdapter(ChannelAdapter):
         first = f"{cards.EDIT_BLOCK_PREFIX}0"
         return {"response_action": "errors", "errors": {first: outcome.message[:500]}}
 
-    def _on_reject_submission(self, payload: _ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
+    def _on_reject_submission(self, payload: ViewSubmission, decide: Decide, dedupe_key: str) -> dict[str, Any]:
         try:
             metadata_json = json.loads(payload.view.private_metadata)
         except ValueError:
             raise CallbackError(400, "the reject form's private_metadata is not JSON") from None
-        metadata: _RejectMetadata = _parse(_RejectMetadata, metadata_json, "reject form metadata")
+        metadata: RejectMetadata = parse(RejectMetadata, metadata_json, "reject form metadata")
         confirmation_id = unsign_confirmation_id(metadata.confirmation)
         shown_ids = None
         if metadata.whole_turn and metadata.shown:
-            lead, shown_ids = _turn_button(metadata.shown)
+            lead, shown_ids = turn_button(metadata.shown)
             if lead != confirmation_id:
                 raise CallbackError(400, "the reject form's list of calls belongs to another card")
         try:
@@ -633,27 +492,6 @@ def _blocks(card: CardView) -> list[dict[str, Any]]:
 
 def _fallback(card: CardView) -> str:
     return question_cards.question_fallback_text(card) if card.is_question else cards.fallback_text(card)
-
-
-def _turn_button(value: str) -> tuple[str, tuple[str, ...] | None]:
-    """(the turn's lead, the calls it decides) from an Approve all / Reject all button's value. A card
-    drawn before these buttons carried the calls has the lead's signed id alone: no calls (None), so
-    the click decides nothing and the card is redrawn (`Callback.shown_ids`)."""
-    try:
-        return unsign_shown_ids(value)
-    except CallbackError:
-        return unsign_confirmation_id(value), None
-
-
-def _grant_index(action_id: str) -> int | None:
-    """The scope an `approve_grant_<n>` button approves for; None for any other button."""
-    tail = action_id.removeprefix(cards.GRANT_ACTION_PREFIX)
-    return int(tail) if tail != action_id and tail.isdigit() and len(tail) <= 2 else None
-
-
-def _view_callback_id(payload: dict[str, Any]) -> str | None:
-    view = payload.get("view")
-    return view.get("callback_id") if isinstance(view, dict) else None
 
 
 def _view_errors(message: str) -> dict[str, Any]:
