@@ -1,4 +1,4 @@
-"""The client's version (docs/reference/client.md, "Versions"): `gateway_client.__version__` is the installed
+"""The client's version (docs/agent-client.md, "Versions"): `gateway_client.__version__` is the installed
 distribution's and every request names it in its User-Agent; a gateway that names a version older than
 `MIN_GATEWAY_VERSION` in its `X-Gateway-Version` header is refused with `GatewayTooOld` — by the client, a
 gated tool (which does not run) and the Claude Code hook (which blocks) — while a gateway that sends no

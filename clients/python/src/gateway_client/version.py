@@ -1,4 +1,4 @@
-"""The client's version (semantic versioning: docs/reference/client.md, "Versions"), and the oldest gateway
+"""The client's version (semantic versioning: docs/agent-client.md, "Versions"), and the oldest gateway
 it works with.
 
 `__version__` is the one place the version is written: the package's build reads it from here
