@@ -17,7 +17,6 @@ from gateway_client.mcp_proxy.protocol import HeldCall, text_result
 logger = logging.getLogger("gateway_client.mcp_proxy")
 
 
-
 def with_ask_human(message: JSONRPCResponse) -> JSONRPCResponse:
     """A `tools/list` answer with the `ask_human` tool added (once, last)."""
     result = dict(message.result or {})
@@ -34,7 +33,7 @@ class AsksHuman:
     gate: ToolGate
     calls: dict[Any, HeldCall]
 
-    async def _answer(self, call: HeldCall, response: Any) -> None:
+    async def _answer(self, call: HeldCall, response: Any) -> None:  # McpGatewayProxy's
         raise NotImplementedError
 
     async def _ask_human(self, call: HeldCall) -> None:

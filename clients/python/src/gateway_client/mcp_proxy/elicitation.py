@@ -82,7 +82,7 @@ class AnswersElicitations:
     gate: ToolGate
     max_wait: float
 
-    async def _to_upstream(self, message: Any) -> None:
+    async def _to_upstream(self, message: Any) -> None:  # McpGatewayProxy's
         raise NotImplementedError
 
     async def _elicit(self, request: JSONRPCRequest) -> None:
