@@ -99,7 +99,6 @@ def trace_headers() -> dict[str, str]:
     return headers
 
 
-
 # --------------------------------------------------------------------------- the clients
 
 _D = TypeVar("_D")  # what a method returns: the value (sync) or an awaitable of it (async)
