@@ -16,10 +16,11 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 .PHONY: install install-integrations install-channels install-otel run test bench migrate
 install: $(STAMP)
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -e clients/python
 	touch $(STAMP)
 
 # The agent frameworks the integration tests drive (not the gateway's own requirements).

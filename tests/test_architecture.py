@@ -23,7 +23,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("approvals", "hooks", "channels_ext", "gateway", "gateway_contract", "gateway_utils", "gateway_client")
+# Each package of the project and its directory: the server's at the root, the agent client's in its own
+# distribution (clients/python/, `approval-gateway-client`).
+PACKAGES = {
+    "approvals": ROOT / "approvals",
+    "hooks": ROOT / "hooks",
+    "channels_ext": ROOT / "channels_ext",
+    "gateway": ROOT / "gateway",
+    "gateway_contract": ROOT / "gateway_contract",
+    "gateway_utils": ROOT / "gateway_utils",
+    "gateway_client": ROOT / "clients" / "python" / "src" / "gateway_client",
+}
 APPS = ("approvals", "hooks", "channels_ext")
 # A module a person can hold (docs/architecture.md): every Python module of the project, its benchmarks
 # and its tests, in lines.
@@ -39,8 +49,8 @@ class Import:
     type_only: bool = False
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, directory: Path) -> str:
+    parts = list(path.relative_to(directory.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -48,10 +58,10 @@ def _module_name(path: Path) -> str:
 
 def _project_modules() -> dict[str, Path]:
     modules = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+    for directory in PACKAGES.values():
+        for path in sorted(directory.rglob("*.py")):
             if "migrations" not in path.parts:
-                modules[_module_name(path)] = path
+                modules[_module_name(path, directory)] = path
     return modules
 
 
@@ -143,6 +153,7 @@ def _cycles() -> list[list[str]]:
 def test_it_finds_the_project_and_its_imports():
     # The checks below must be able to fail: the walk sees the modules and the edges they hinge on.
     assert {"approvals.services.confirmations", "hooks.chain", "gateway_contract", "gateway_utils.realtime"} <= set(MODULES)
+    assert {"gateway_client", "gateway_client.client", "gateway_client.mcp_proxy.gating"} <= set(MODULES)
     assert Import("approvals.services.tool_calls", "hooks.chain", "run_chain", 0).target in {
         imp.target for imp in IMPORTS if imp.importer == "approvals.services.tool_calls"
     }
@@ -233,7 +244,7 @@ def test_the_agent_side_client_needs_no_server_code():
     server = ("approvals", "hooks", "channels_ext", "gateway", "gateway_contract", "gateway_utils")
     offenders = [imp for imp in ALL_IMPORTS if _top(imp.importer) == "gateway_client" and _top(imp.target) in server]
     assert offenders == []
-    for path in (ROOT / "gateway_client").rglob("*.py"):
+    for path in PACKAGES["gateway_client"].rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:

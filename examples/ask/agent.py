@@ -15,14 +15,11 @@ agent's final output is printed last. The same agent on LangChain: examples/ask/
 import asyncio
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # gateway_client from this checkout
+from agents import Agent, Runner
 
-from agents import Agent, Runner  # noqa: E402
-
-from gateway_client import AsyncGatewayClient  # noqa: E402
-from gateway_client.openai_agents import ask_human_tool  # noqa: E402
+from gateway_client import AsyncGatewayClient
+from gateway_client.openai_agents import ask_human_tool
 
 DEFAULT_MODEL = "gpt-5.6-luna"
 # The form `ask_order_details` shows: what the agent needs to place an order.

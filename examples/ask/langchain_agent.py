@@ -8,15 +8,12 @@
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # gateway_client from this checkout
+from langchain.agents import create_agent
+from langchain_openai import ChatOpenAI
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-
-from gateway_client import GatewayClient  # noqa: E402
-from gateway_client.langchain import ask_human_tool  # noqa: E402
+from gateway_client import GatewayClient
+from gateway_client.langchain import ask_human_tool
 
 DEFAULT_MODEL = "gpt-5.6-luna"
 ORDER_DETAILS = {

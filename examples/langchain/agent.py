@@ -13,16 +13,13 @@ See docs/integrations/langchain.md.
 
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # gateway_client from this checkout
+from langchain.agents import create_agent
+from langchain.tools import tool
+from langchain_openai import ChatOpenAI
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain.tools import tool  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-
-from gateway_client import GatewayClient  # noqa: E402
-from gateway_client.langchain import GatewayMiddleware  # noqa: E402
+from gateway_client import GatewayClient
+from gateway_client.langchain import GatewayMiddleware
 
 DEFAULT_MODEL = "gpt-5.6-luna"
 

@@ -14,14 +14,11 @@ See docs/integrations/openai-agents.md.
 import asyncio
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # gateway_client from this checkout
+from agents import Agent, Runner, function_tool
 
-from agents import Agent, Runner, function_tool  # noqa: E402
-
-from gateway_client import AsyncGatewayClient  # noqa: E402
-from gateway_client.openai_agents import gate_agent  # noqa: E402
+from gateway_client import AsyncGatewayClient
+from gateway_client.openai_agents import gate_agent
 
 DEFAULT_MODEL = "gpt-5.6-luna"
 

@@ -68,7 +68,7 @@ class CommandHook:
             capture_output=True,
             text=True,
             env={**self.env, **env},
-            cwd=ROOT,
+            cwd="/",  # the installed package, from any directory
             timeout=90,
         )
 
@@ -322,8 +322,12 @@ def only_hook(settings_file: str) -> dict:
 def test_the_example_command_hook_runs_as_written_and_answers_within_its_timeout(live_gateway, transactional_db):
     apply_config((EXAMPLES / "gateway.yaml").read_text())
     hook = only_hook("settings.json")
-    env = {**os.environ, "GATEWAY_HOME": str(ROOT), "GATEWAY_URL": live_gateway.url}
+    # The command is found on the PATH, as after `pip install approval-gateway-client` (here: this venv's).
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "GATEWAY_URL": live_gateway.url}
     env["GATEWAY_API_KEY"] = new_api_key("claude-code")
+    assert hook["command"].startswith("gateway-claude-code ")
+    assert "PYTHONPATH" not in hook["command"] and "GATEWAY_HOME" not in hook["command"]
 
     def run(tool_input: dict) -> dict:
         # Claude Code runs the command through a shell; --max-wait 0 here keeps the test short.

@@ -1,12 +1,17 @@
 """The example configs of the integrations: examples/agents.yaml gates what its comments say, and the MCP
 client configs in examples/mcp/ start the proxy as written (Claude Code's `.mcp.json` with its `${VAR}`
-expansion; Claude Desktop's and Cursor's files are the same server with their placeholders filled in)."""
+expansion; Claude Desktop's and Cursor's files are the same server with their placeholders filled in): the
+`gateway-mcp-proxy` command by name, found on the PATH as after `pip install -r examples/mcp/requirements.txt`
+(here: this venv's bin), nothing of the checkout on a path."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -64,11 +69,11 @@ def test_the_mcp_client_configs_start_the_proxy_in_front_of_mcp_server_time(live
     call_command("apply_config", str(ROOT / "examples" / "agents.yaml"))
     client = make_agent_client(live_gateway, "mcp-agent")
     client.http.close()
-    env = {"GATEWAY_HOME": str(ROOT), "GATEWAY_API_KEY": client.key, "GATEWAY_URL": live_gateway.url}
+    env = {"GATEWAY_API_KEY": client.key, "GATEWAY_URL": live_gateway.url}
     claude_code = server("claude-code.mcp.json", lambda value: expand(value, env))
 
     def placeholders(value: str) -> str:
-        return value.replace("/path/to/approval-gateway", str(ROOT)).replace("gw_your_mcp_agent_key", client.key)
+        return value.replace("gw_your_mcp_agent_key", client.key)
 
     desktop = server("claude_desktop_config.json", placeholders)
     cursor = server("cursor.mcp.json", placeholders)
@@ -77,8 +82,13 @@ def test_the_mcp_client_configs_start_the_proxy_in_front_of_mcp_server_time(live
 
     from mcp import StdioServerParameters
 
-    params = StdioServerParameters(command=claude_code["command"], args=claude_code["args"], env=claude_code["env"])
-    assert os.path.exists(params.command)
+    assert (claude_code["command"], claude_code["args"]) == ("gateway-mcp-proxy", ["--name", "time", "--", "mcp-server-time"])
+    assert set(claude_code["env"]) == {"GATEWAY_URL", "GATEWAY_API_KEY"}  # no PYTHONPATH, no checkout
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    assert Path(shutil.which(claude_code["command"], path=path)).parent == Path(sys.executable).parent
+    params = StdioServerParameters(
+        command=claude_code["command"], args=claude_code["args"], env={**claude_code["env"], "PATH": path}, cwd="/"
+    )
     with mcp_client(params) as (portal, mcp):
         tools = [tool.name for tool in portal.call(mcp.list_tools).tools]
         now = portal.call(mcp.call_tool, "get_current_time", {"timezone": "UTC"})

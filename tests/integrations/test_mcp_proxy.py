@@ -18,7 +18,7 @@ from mcp import Client, StdioServerParameters
 
 from approvals.models import ConfirmationRequest, ToolCall
 from tests.fakes.slack_api import view_submission_payload
-from tests.integrations.conftest import ALICE, ROOT, WAIT, Gateway, slack_gate
+from tests.integrations.conftest import ALICE, WAIT, Gateway, slack_gate
 from tests.integrations.crm_server import PROFILE, CrmServer
 from tests.support import wait_until
 
@@ -56,8 +56,8 @@ def proxy(
     return StdioServerParameters(
         command=sys.executable,
         args=args,
-        env={"PYTHONPATH": str(ROOT), "GATEWAY_URL": gateway_url, "GATEWAY_API_KEY": api_key},
-        cwd=str(ROOT),
+        env={"GATEWAY_URL": gateway_url, "GATEWAY_API_KEY": api_key},  # the installed package, from anywhere
+        cwd="/",
     )
 
 

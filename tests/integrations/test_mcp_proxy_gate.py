@@ -20,13 +20,14 @@ import httpx
 import pytest
 
 from approvals.models import ConfirmationRequest, ToolCall
-from tests.integrations.conftest import ROOT, WAIT
+from tests.integrations.conftest import WAIT
 from tests.integrations.crm_server import CrmServer
 from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ECHO_SERVER = str(Path(__file__).with_name("echo_mcp_server.py"))
+PROXY_COMMAND = str(Path(sys.executable).with_name("gateway-mcp-proxy"))  # the console command in this venv
 PAY = {"name": "pay_invoice", "arguments": {"invoice_id": "INV-7", "amount": 900}}
 BAD_CALL_ID = {"code": -32600, "message": "a tools/call needs an id that is a string or an integer"}
 BATCH_REFUSED = {
@@ -37,19 +38,20 @@ EXIT_WITHIN = 15.0  # seconds from stdin closed to the proxy's exit (a lingering
 
 
 class RawProxy:
-    """`python -m gateway_client.mcp_proxy` with pipes: JSON lines in, JSON lines out, nothing in between."""
+    """The `gateway-mcp-proxy` command (the installed package's) with pipes: JSON lines in, JSON lines out,
+    nothing in between."""
 
     def __init__(self, gateway_url: str, api_key: str, *options: str, upstream: list[str] | None = None) -> None:
         """`upstream`: its command; None when `options` name an `--upstream-url`."""
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "GATEWAY_URL": gateway_url, "GATEWAY_API_KEY": api_key}
-        args = [sys.executable, "-m", "gateway_client.mcp_proxy", "--name", "billing", *options]
+        env = {**os.environ, "GATEWAY_URL": gateway_url, "GATEWAY_API_KEY": api_key}
+        args = [PROXY_COMMAND, "--name", "billing", *options]
         self.process = subprocess.Popen(
             [*args, *(["--", *upstream] if upstream else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=ROOT,
+            cwd="/",  # the installed command, from any directory
             text=True,
         )
         self.answers: queue.Queue[Any] = queue.Queue()

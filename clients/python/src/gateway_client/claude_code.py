@@ -34,7 +34,7 @@ and an approval that arrived meanwhile is honoured. The first ask's body is
 kept in a small state directory so the retry (which has a new `tool_use_id`)
 re-sends it verbatim, as the gateway's idempotency check requires.
 
-Any gateway error (unreachable, a 401, a 5xx, bad input) exits 2 — Claude
+Any gateway error (unreachable, a 401, a 5xx, bad input, a gateway too old for this client) exits 2 — Claude
 Code's blocking error — with the reason on stderr: the call does not run.
 
 Configuration: `GATEWAY_URL` and `GATEWAY_API_KEY` (or `--url`, `--api-key`);
@@ -63,6 +63,7 @@ from gateway_client.client import (
     Decision,
     GatewayAPIError,
     GatewayClient,
+    GatewayTooOld,
     IdempotencyKeyReused,
     canonical_json,
 )
@@ -350,6 +351,8 @@ def main(
             )
         except GatewayAPIError as exc:
             return block(f"the gateway refused the request: {exc}")
+        except GatewayTooOld as exc:
+            return block(str(exc))
     if decision.unreachable:
         return block(decision.reason)
     reason = decision.reason

@@ -44,6 +44,7 @@ from typing import Any
 
 from gateway_client.asking import TOOL_NAME, HumanAsker, describe, params_schema
 from gateway_client.client import AsyncGatewayClient, GatewayClient
+from gateway_client.extras import MissingExtra
 from gateway_client.gating import ToolGate, ToolRunAborted, result_text
 
 try:
@@ -51,8 +52,8 @@ try:
     from agents.tool import maybe_invoke_function_tool_failure_error_function
     from agents.tool_context import ToolContext
     from agents.tracing import get_current_trace
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("gateway_client.openai_agents needs the OpenAI Agents SDK: pip install openai-agents") from exc
+except ImportError as exc:  # the [openai-agents] extra is not installed
+    raise MissingExtra("gateway_client.openai_agents", "openai-agents", exc.name) from exc
 
 __all__ = ["ToolRunAborted", "ask_human_tool", "gate_agent", "gate_tool", "tool_gate"]
 

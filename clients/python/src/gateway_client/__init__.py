@@ -12,19 +12,24 @@
 - `gateway_client.openai_agents`, `gateway_client.langchain`: adapters for the
   OpenAI Agents SDK and LangChain v1 (their frameworks are optional).
 
+`pip install approval-gateway-client` (extras `[openai-agents]`, `[langchain]`,
+`[mcp]`); the commands `gateway-mcp-proxy` and `gateway-claude-code` are the
+two `python -m` forms above. `__version__` is the client's version; a gateway
+older than `MIN_GATEWAY_VERSION` is refused (`GatewayTooOld`).
+
 See docs/agent-client.md and docs/integrations/.
 """
 
-from gateway_client.client import (
+from gateway_client.client import AsyncGatewayClient, GatewayClient
+from gateway_client.decisions import Answer, Decision
+from gateway_client.decorators import requires_approval
+from gateway_client.errors import (
     AlreadyDecided,
-    Answer,
-    AsyncGatewayClient,
     Conflict,
-    Decision,
     Forbidden,
     GatewayAPIError,
-    GatewayClient,
     GatewayClientError,
+    GatewayTooOld,
     GatewayUnavailable,
     IdempotencyKeyReused,
     InvalidRequest,
@@ -34,10 +39,12 @@ from gateway_client.client import (
     ToolDenied,
     Unauthorized,
 )
-from gateway_client.decorators import requires_approval
 from gateway_client.gating import GateResult, ToolGate, ToolRunAborted
+from gateway_client.version import MIN_GATEWAY_VERSION, __version__
 
 __all__ = [
+    "MIN_GATEWAY_VERSION",
+    "__version__",
     "AlreadyDecided",
     "Answer",
     "NoAnswer",
@@ -49,6 +56,7 @@ __all__ = [
     "GatewayAPIError",
     "GatewayClient",
     "GatewayClientError",
+    "GatewayTooOld",
     "GatewayUnavailable",
     "IdempotencyKeyReused",
     "InvalidRequest",

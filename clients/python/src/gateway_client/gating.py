@@ -53,6 +53,7 @@ from gateway_client.client import (
     GatewayAPIError,
     GatewayClient,
     GatewayClientError,
+    GatewayTooOld,
     canonical_json,
 )
 
@@ -224,8 +225,9 @@ class ToolGate:
         )
         try:
             decision: Decision = yield ask
-        except GatewayAPIError as exc:
-            # A 4xx (a bad key, bad input) is a bug to fix, but the call must not run meanwhile.
+        except (GatewayAPIError, GatewayTooOld) as exc:
+            # A 4xx (a bad key, bad input) or a gateway too old for this client is a bug to fix, but the
+            # call must not run meanwhile.
             refused = Decision("deny", call.tool_args, reason=f"the approval gateway refused the request: {exc}")
             return GateResult("refused", refused, message=refused_message(call.tool_name, refused))
         if decision.still_pending:

@@ -40,6 +40,7 @@ from typing import Annotated, Any, NotRequired
 
 from gateway_client.asking import TOOL_NAME, HumanAsker, describe, params_schema
 from gateway_client.client import AsyncGatewayClient, GatewayClient
+from gateway_client.extras import MissingExtra
 from gateway_client.gating import GateResult, ToolGate, ToolRunAborted, result_text
 
 try:
@@ -50,8 +51,8 @@ try:
     from langchain_core.tools import StructuredTool
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("gateway_client.langchain needs LangChain v1: pip install 'langchain>=1,<2'") from exc
+except ImportError as exc:  # the [langchain] extra is not installed
+    raise MissingExtra("gateway_client.langchain", "langchain", exc.name) from exc
 
 __all__ = ["GatewayMiddleware", "ToolRunAborted", "ask_human_tool"]
 ASKS_HUMAN = "gateway_asks_human"  # a tool's metadata key: asking a person is not a call to gate
