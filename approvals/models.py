@@ -20,6 +20,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from approvals.types import RequestKind, Status
 from gateway_contract import CHANNEL_KINDS
 from hooks.base import grant_label
 
@@ -166,15 +167,6 @@ class Channel(models.Model):
         return f"{self.name} ({self.kind})"
 
 
-class Status(models.TextChoices):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-    ANSWERED = "answered"  # a question's answer was given (docs/asking.md)
-
-
 FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED, Status.ANSWERED})
 # The only moves a confirmation request can make; each is one conditional UPDATE.
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -185,11 +177,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Status.CANCELLED: frozenset(),
     Status.ANSWERED: frozenset(),
 }
-
-
-class RequestKind(models.TextChoices):
-    CONFIRMATION = "confirmation"  # a tool call waiting for approve / reject
-    QUESTION = "question"  # a question waiting for a typed answer (docs/asking.md)
 
 
 class ConfirmationRequest(models.Model):
