@@ -115,6 +115,7 @@ def _payload_verifies(data: dict[str, Any]) -> bool:
     row["decided_at"], row["expires_at"] = moment_from_iso(row["decided_at"]), moment_from_iso(row["expires_at"])
     return decision_verifies(ConfirmationRequest, row, signed.get("decision_mac") or "")
 
+
 def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
     """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it —
     `verified`: a request whose record does not verify is shown rejected by the gateway.

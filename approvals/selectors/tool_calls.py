@@ -71,6 +71,7 @@ def grants_of_confirmation(*, confirmation: ConfirmationRequest) -> QuerySet[Gra
     """The grants made with a request's approval, first first."""
     return Grant.objects.filter(confirmation=confirmation).order_by("created_at")
 
+
 def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str) -> ToolCall:
     """The allowed call a post-tool-use / tool-error reports on; refuses calls never allowed."""
     if not tool_call_id:
