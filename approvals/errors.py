@@ -6,6 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """The contract's error shape (docs/reference/api.md), for the API and for every other answer in it."""
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
 class GatewayError(Exception):
     status = 400
     code = "bad_request"

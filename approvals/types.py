@@ -10,12 +10,28 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
+from django.db import models
+
 # Who the gateway itself is in `decided_by` and events: the expiry sweep, a card that
 # could not be delivered. Every other decider is channel-qualified (`slack:U…`, `web:alice`).
 SYSTEM_ACTOR = "gateway"
 
 # The side effect that marks an answer given to a repeat ask (an idempotency key seen before).
 IDEMPOTENT_REPLAY = "idempotent_replay"
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    ANSWERED = "answered"  # a question's answer was given (docs/asking.md)
+
+
+class RequestKind(models.TextChoices):
+    CONFIRMATION = "confirmation"  # a tool call waiting for approve / reject
+    QUESTION = "question"  # a question waiting for a typed answer (docs/asking.md)
 
 
 @dataclasses.dataclass
@@ -134,7 +150,9 @@ class ConfirmationState:
         return self.status != "pending" or not self.verified
 
     @classmethod
-    def from_row(cls, row: Any, *, approved_by: list[str] | None = None) -> ConfirmationState:
+    def from_row(cls, row: Any, *, verified: bool, approved_by: list[str] | None = None) -> ConfirmationState:
+        """The state of a `ConfirmationRequest` row; `verified`: whether its `decision_mac` signs it
+        (read by `selectors.confirmation_state`)."""
         return cls(
             id=str(row.pk),
             agent_id=row.agent_id,
@@ -155,13 +173,14 @@ class ConfirmationState:
             kind=row.kind,
             answer=row.answer,
             default_answer=row.default_answer,
-            verified=_row_verifies(row),
+            verified=verified,
         )
 
     @classmethod
-    def from_payload(cls, data: dict[str, Any]) -> ConfirmationState:
+    def from_payload(cls, data: dict[str, Any], *, verified: bool) -> ConfirmationState:
         """From the JSON a notification carries (`changes_notify`): what the MAC signs is read from what
-        it signs (`signed`), so a state can verify only as a whole."""
+        it signs (`signed`), so a state can verify only as a whole (`verified`: read by
+        `selectors.confirmation_state_told`)."""
         data = {**data, **(data.get("signed") if isinstance(data.get("signed"), dict) else {})}
         return cls(
             id=str(data["id"]),
@@ -172,8 +191,8 @@ class ConfirmationState:
             reason=data["reason"],
             decision_reason=data["decision_reason"],
             decided_by=data["decided_by"],
-            decided_at=_moment(data["decided_at"]),
-            expires_at=_moment(data["expires_at"]),
+            decided_at=moment_from_iso(data["decided_at"]),
+            expires_at=moment_from_iso(data["expires_at"]),
             on_timeout=data["on_timeout"],
             approvals_required=int(data["approvals_required"]),
             approved_by=tuple(data["approved_by"]),
@@ -183,32 +202,10 @@ class ConfirmationState:
             kind=data.get("kind") or "confirmation",
             answer=data.get("answer"),
             default_answer=data.get("default_answer"),
-            verified=_payload_verifies(data),
+            verified=verified,
         )
 
 
-def _row_verifies(row: Any) -> bool:
-    from approvals.audit import decision_verifies
-    from approvals.models import ConfirmationRequest
-
-    return decision_verifies(ConfirmationRequest, row)
-
-
-def _payload_verifies(data: dict[str, Any]) -> bool:
-    """A notification's state checked against the MAC it carries (anyone who can NOTIFY can send one)."""
-    from approvals.audit import REQUEST_SIGNED, decision_verifies
-    from approvals.models import ConfirmationRequest
-
-    signed = data.get("signed")
-    if not isinstance(signed, dict):
-        return False
-    try:
-        row = {field: signed[field] for field in REQUEST_SIGNED}
-    except KeyError:
-        return False
-    row["decided_at"], row["expires_at"] = _moment(row["decided_at"]), _moment(row["expires_at"])
-    return decision_verifies(ConfirmationRequest, row, signed.get("decision_mac") or "")
-
-
-def _moment(value: str | None) -> dt.datetime | None:
+def moment_from_iso(value: str | None) -> dt.datetime | None:
+    """A moment a notification carries (ISO 8601, or null)."""
     return dt.datetime.fromisoformat(value) if value else None

@@ -134,7 +134,7 @@ def read_state(confirmation_id: Any, agent_id: int, with_approvals: bool = False
     row = ConfirmationRequest.objects.filter(pk=confirmation_id, agent_id=agent_id).first()
     if row is None:
         return None
-    return ConfirmationState.from_row(row, approved_by=selectors.approvals_so_far(row) if with_approvals else None)
+    return selectors.confirmation_state(row=row, approved_by=selectors.approvals_so_far(row) if with_approvals else None)
 
 
 def read_states(wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ConfirmationState]:
@@ -142,7 +142,7 @@ def read_states(wanted: list[tuple[str, int]]) -> dict[tuple[str, int], Confirma
     (`wanted`: (request id, agent id) pairs, ids valid UUIDs)."""
     rows = ConfirmationRequest.objects.filter(ids_in(ConfirmationRequest, list({pk for pk, _ in wanted})))
     found = {(str(row.pk), row.agent_id): row for row in rows}
-    return {pair: ConfirmationState.from_row(found[pair]) for pair in wanted if pair in found}
+    return {pair: selectors.confirmation_state(row=found[pair]) for pair in wanted if pair in found}
 
 
 READ_BATCH = 500  # waiters' first reads made in one query
@@ -233,7 +233,7 @@ async def confirmation_states(
     try:
         while True:
             if isinstance(told, dict):
-                state = ConfirmationState.from_payload(told)
+                state = selectors.confirmation_state_told(data=told)
                 if state.agent_id != agent_id:  # cannot happen for one id; never show another agent's request
                     return
             elif isinstance(told, ConfirmationState):

@@ -14,10 +14,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core.checks import CheckMessage, Error
-from django.db import connections, router
 from pydantic import BaseModel, ValidationError
 
-from approvals.models import Channel
+from approvals import selectors
 from gateway_contract import CHANNEL_KINDS, get_config_model, missing_requirement
 
 E001 = "channels_ext.E001"  # a key of a channel's config is missing, empty or invalid
@@ -36,14 +35,7 @@ def check_channel_configs(
         return []
     messages: list[CheckMessage] = []
     for alias in databases:
-        if not router.allow_migrate_model(alias, Channel):
-            continue
-        connection = connections[alias]
-        if Channel._meta.db_table not in connection.introspection.table_names():
-            continue  # not migrated yet: nothing is configured
-        # Only the columns every migration state has: `migrate` runs this before it adds newer ones
-        # (an upgrade from an earlier release), so reading the whole model would fail there.
-        for channel in Channel.objects.using(alias).only("pk", "name", "kind", "config").order_by("name"):
+        for channel in selectors.channel_configs(using=alias):  # (none in a database not migrated yet)
             messages.extend(_channel_problems(channel.name, channel.kind, channel.config, obj=channel))
     return messages
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import logging
 
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from approvals import selectors, services
-from approvals.api.errors import error_body
-from approvals.models import Channel, ConfirmationRequest
+from approvals.errors import error_body
 from gateway_contract import Callback, CallbackError, CardView, DecisionOutcome
 
 logger = logging.getLogger("channels_ext")
@@ -27,7 +25,7 @@ logger = logging.getLogger("channels_ext")
 @csrf_exempt
 @require_http_methods(["GET", "HEAD", "POST"])
 def channel_callback(request: HttpRequest, name: str) -> HttpResponse:
-    channel = Channel.objects.filter(name=name).first()
+    channel = selectors.channel_lookup(name=name)
     if channel is None:
         return JsonResponse(error_body("not_found", f"no channel named {name!r}"), status=404)
     adapter = selectors.channel_adapter(channel)
@@ -38,14 +36,7 @@ def channel_callback(request: HttpRequest, name: str) -> HttpResponse:
         return services.confirmation_respond(channel_name=channel.name, callback=callback)
 
     def show(confirmation_id: str) -> CardView | None:
-        try:
-            confirmation = (
-                ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
-                .filter(pk=confirmation_id)
-                .first()
-            )
-        except (ValueError, ValidationError):  # not a UUID
-            return None
+        confirmation = selectors.confirmation_lookup(confirmation_id=confirmation_id)  # (None for junk)
         if confirmation is None:
             return None
         return selectors.card_view(selectors.card_owner(confirmation), channel_name=channel.name)

@@ -6,7 +6,7 @@ like a channel; "Find chat accounts by e-mail" calls the service that asks the v
 
 Scoped by team like the rest of the admin (docs/approving.md, "Teams"): a team's staff list, reach,
 are offered and may save only the people and groups all of whose teams are theirs
-(`approvals.people_teams`), and a change that would bring a person or a group into another team's
+(`approvals.selectors.people_teams`), and a change that would bring a person or a group into another team's
 approvals (an identity, an e-mail, a user, a group's name another team's gates name) is refused.
 """
 
@@ -20,7 +20,8 @@ from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
-from approvals import people_teams, selectors, services
+from approvals import selectors, services
+from approvals.selectors import people_teams
 from approvals.models import PeopleGroup, Person, PersonIdentity, StandIn, Team
 from approvals.services.people import identity_problem
 from gateway_contract import CHANNEL_KINDS

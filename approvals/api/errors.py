@@ -9,11 +9,7 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from approvals.errors import GatewayError
-
-
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
+from approvals.errors import GatewayError, error_body
 
 
 # The database could not be reached or gave up on the statement (a restart, a failover, a pool

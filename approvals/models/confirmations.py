@@ -10,16 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from approvals.models.agents import Agent, Channel
-
-
-class Status(models.TextChoices):
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-    ANSWERED = "answered"  # a question's answer was given (docs/asking.md)
-
+from approvals.types import RequestKind, Status
 
 FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED, Status.ANSWERED})
 # The only moves a confirmation request can make; each is one conditional UPDATE.
@@ -31,11 +22,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Status.CANCELLED: frozenset(),
     Status.ANSWERED: frozenset(),
 }
-
-
-class RequestKind(models.TextChoices):
-    CONFIRMATION = "confirmation"  # a tool call waiting for approve / reject
-    QUESTION = "question"  # a question waiting for a typed answer (docs/asking.md)
 
 
 class ConfirmationRequest(models.Model):
@@ -100,9 +86,9 @@ class ConfirmationRequest(models.Model):
     )
     escalate_approvers = models.JSONField(default=list, blank=True)
     # The people a gate's `group:` / `person:` approvers named, and the stand-ins of everyone named,
-    # as they were when the request was made (`selectors.approver_people`):
+    # as they were when the request was made (`selectors.approver_routing`):
     # {"people": {person key: name}, "stand_ins": {delegate key: {"for": key, "name": name, "until": iso}},
-    #  "entries": the gate's approvers as given}. Who of them still decides is read at the click (`approvals.standing`).
+    #  "entries": the gate's approvers as given}. Who of them still decides is read at the click (`approvals.selectors.standing`).
     approver_people = models.JSONField(default=dict, blank=True)
     escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)

@@ -18,7 +18,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import people_teams, selectors, standing
+from approvals import selectors
+from approvals.selectors import people_teams, standing
 from approvals.errors import Conflict, InvalidInput, NotFound, RateLimited
 from approvals.models import Channel, IdentitySource, LinkToken, Person, PersonIdentity, StandIn
 from gateway_contract import CHANNEL_KINDS, ChannelError
@@ -250,7 +251,7 @@ def stand_in_name(
 def stand_in_end(*, user: AbstractBaseUser, stand_in_id: int) -> tuple[StandIn, bool]:
     """The signed-in user ends a stand-in they named, now: (it, whether this ended it — False if it had
     ended already). A window that has not started is removed. Takes effect on requests routed to the
-    stand-in already (`approvals.standing`). `NotFound` unless it is theirs."""
+    stand-in already (`approvals.selectors.standing`). `NotFound` unless it is theirs."""
     row = StandIn.objects.select_related("delegate").filter(pk=stand_in_id, person__user=user).first()
     if row is None:
         raise NotFound("no stand-in of yours with that id")

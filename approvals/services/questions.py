@@ -12,7 +12,8 @@ import datetime as dt
 from typing import Any
 
 
-from approvals import people_teams, selectors
+from approvals import selectors
+from approvals.selectors import people_teams
 from approvals.errors import InvalidInput
 from approvals.models import Agent, Channel, ConfirmationRequest, RequestKind
 from approvals.services.audit import audit_transaction

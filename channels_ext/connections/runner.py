@@ -41,8 +41,7 @@ from datetime import timedelta
 from django.db import close_old_connections
 from django.utils import timezone
 
-from approvals import services
-from approvals.models import Channel
+from approvals import selectors, services
 from gateway_contract import Callback, ChannelAdapter, Decide, DecisionOutcome, get_adapter
 from gateway_contract.links import (
     CONNECTED,
@@ -67,7 +66,7 @@ def process_id() -> str:
 def channels_needing_connections(only: set[str] | None = None) -> list[tuple[str, str]]:
     """(name, mode) of every configured channel whose clicks come over an outbound connection."""
     found = []
-    for channel in Channel.objects.order_by("name"):
+    for channel in selectors.channel_list():
         if only is not None and channel.name not in only:
             continue
         mode = channel.config.get("mode", "http") if isinstance(channel.config, dict) else "http"
@@ -215,7 +214,7 @@ class ConnectionRunner:
     def _reconcile(self) -> None:
         wanted: dict[str, tuple[str, str, ChannelAdapter]] = {}
         configured = set()
-        for channel in Channel.objects.order_by("name"):
+        for channel in selectors.channel_list():
             configured.add(channel.name)
             if self.only is not None and channel.name not in self.only:
                 continue

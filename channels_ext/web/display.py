@@ -7,11 +7,8 @@ import json
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q
-from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import ConfirmationRequest, Grant
 
 FOLD_AFTER_CHARS = 160
 FOLD_AFTER_LINES = 4
@@ -51,7 +48,7 @@ def argument_rows(tool_args: Any) -> list[ArgumentRow]:
     return rows
 
 
-def web_channel_names(confirmation: ConfirmationRequest) -> list[str]:
+def web_channel_names(confirmation: Any) -> list[str]:
     """The web channels through which this request can be decided on its page: its own
     channel, and its escalation channel once it has escalated."""
     names = []
@@ -67,7 +64,7 @@ def web_channel_names(confirmation: ConfirmationRequest) -> list[str]:
 NOT_ROUTED = "not_routed"
 
 
-def chat_channel_names(confirmation: ConfirmationRequest) -> list[str]:
+def chat_channel_names(confirmation: Any) -> list[str]:
     """The request's channels that are not web channels (its own, and its escalation channel once it has
     escalated): a person routed the request there by name or as a stand-in decides it on its page too."""
     names = []
@@ -79,7 +76,7 @@ def chat_channel_names(confirmation: ConfirmationRequest) -> list[str]:
     return names
 
 
-def routed_refusal(confirmation: ConfirmationRequest, *, channel_name: str, username: str) -> tuple[str, str] | None:
+def routed_refusal(confirmation: Any, *, channel_name: str, username: str) -> tuple[str, str] | None:
     """For a chat channel of the request (`chat_channel_names`): None if the signed-in user's person was
     routed the request there — named by `group:` / `person:`, or standing in for someone routed it —
     and may decide it; else why not (docs/approving.md, "People").
@@ -105,7 +102,7 @@ class Viewer:
     can_view: bool = True  # may read the request (its page, its arguments, its state) at all
 
 
-def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> bool:
+def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: Any) -> bool:
     """Who may read a request's page and arguments: staff, the approvers of its web channels (listed by
     username, or anyone signed in where the list is empty), and the people it was routed to on its chat
     channels (`routed_refusal`). Everyone else is told the request does not exist — its arguments are
@@ -132,7 +129,7 @@ def may_view(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationR
     return False
 
 
-def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: ConfirmationRequest) -> Viewer:
+def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Any) -> Viewer:
     """Web approvers (usernames in `approvers`, [] = anyone) decide web requests, people routed a request
     by name or as a stand-in decide it whatever its channel (`routed_refusal`); staff with
     `approvals.change_confirmationrequest` may decide any request (except one made on their own
@@ -183,18 +180,10 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser, confirmation: Confirmatio
     )
 
 
-def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Grant]:
+def live_grants_for(user: AbstractBaseUser | AnonymousUser) -> list[Any]:
     """The live grants this user may see and revoke: those they granted here, and those of requests
     they could have decided (an approver of that gate, or staff). Revoking only takes permission away."""
-    now = timezone.now()
-    grants = selectors.of_teams(
-        Grant.objects.select_related("agent", "confirmation__agent", "confirmation__channel", "confirmation__escalate_channel")
-        .filter(revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .order_by("-created_at"),
-        user,
-        path="agent__team",
-    )[:200]
+    grants = selectors.grants_live_for(user=user)
     mine = f"web:{user.get_username()}"
     with selectors.people_memo():  # who is whom (and the directory's standing) read once for the whole list
         return [g for g in grants if g.granted_by == mine or viewer_for(user, g.confirmation).can_decide]

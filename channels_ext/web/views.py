@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -15,8 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals import selectors, services
-from approvals.arguments import get_path
-from approvals.models import ConfirmationRequest, Grant, RequestKind, Status
+from approvals.types import RequestKind, Status
 from gateway_contract import answers
 from gateway_contract import Callback, sign_shown_ids
 from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
@@ -37,12 +37,8 @@ class SignOutView(auth_views.LogoutView):
     next_page = LOGIN_URL
 
 
-def _get(confirmation_id) -> ConfirmationRequest:
-    confirmation = (
-        ConfirmationRequest.objects.select_related("agent__team", "channel", "escalate_channel")
-        .filter(pk=confirmation_id)
-        .first()
-    )
+def _get(confirmation_id) -> Any:
+    confirmation = selectors.confirmation_lookup(confirmation_id=confirmation_id)
     if confirmation is None:
         raise Http404("no such approval request")
     return confirmation
@@ -55,13 +51,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
-    pending = selectors.of_teams(  # only the user's teams' requests (docs/approving.md, "Teams")
-        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
-        .filter(status=Status.PENDING)
-        .order_by("created_at"),
-        request.user,
-        path="agent__team",
-    )[:500]
+    pending = selectors.confirmations_pending_for(user=request.user)  # of the user's teams only
     mine, others = [], []
     with selectors.people_memo():  # who is whom, read once for the whole list
         for confirmation in pending:
@@ -70,14 +60,7 @@ def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
                 mine.append(confirmation)
             elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
                 others.append(confirmation)
-    username = request.user.get_username()
-    decided = selectors.of_teams(
-        ConfirmationRequest.objects.select_related("agent")
-        .filter(decided_by__in=[f"web:{username}", f"admin:{username}"])
-        .order_by("-decided_at"),
-        request.user,
-        path="agent__team",
-    )[:20]
+    decided = selectors.confirmations_decided_by(user=request.user)
     context = {
         "rows": mine,
         "others": others,
@@ -100,7 +83,7 @@ def inbox_decide(request: HttpRequest) -> HttpResponse:
             messages.error(request, " ".join(errors))
         return _inbox(request, status=400)  # nothing was decided
     data = form.cleaned_data
-    requests = ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").in_bulk(data["ids"])
+    requests = selectors.confirmations_by_ids(ids=data["ids"])
     done: list[str] = []
     left: list[str] = []
     for pk in data["ids"]:
@@ -138,7 +121,7 @@ def grant_revoke(request: HttpRequest, grant_id) -> HttpResponse:
     """Revoke a grant the user may see (one they could have granted); it stops at once."""
     grant = next((g for g in live_grants_for(request.user) if g.pk == grant_id), None)
     if grant is None:
-        if Grant.objects.filter(pk=grant_id, revoked_at__isnull=False).exists():
+        if selectors.grant_is_revoked(grant_id=grant_id):
             messages.warning(request, "That grant was already revoked.")
             return _back(request)
         raise Http404("no live grant of yours with that id")
@@ -167,13 +150,13 @@ class _NotADecision(Exception):
         self.question = question
 
 
-def _standing(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
+def _standing(user, confirmation: Any) -> tuple[str, bool]:
     """(the channel this user decides `confirmation` through here, whether as staff)."""
     viewer = viewer_for(user, confirmation)
     return viewer.channel_name, viewer.as_admin
 
 
-def _deciding(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
+def _deciding(user, confirmation: Any) -> tuple[str, bool]:
     """`_standing` for an approval's click, judged on the row the service reads under its lock; raises
     `_NotADecision` for a request this form does not decide (a question, another team's)."""
     if confirmation.kind == RequestKind.QUESTION:
@@ -183,12 +166,11 @@ def _deciding(user, confirmation: ConfirmationRequest) -> tuple[str, bool]:
     return _standing(user, confirmation)
 
 
-def _edit_fields(confirmation: ConfirmationRequest, form: DecisionForm) -> list[dict[str, str]]:
+def _edit_fields(confirmation: Any, form: DecisionForm) -> list[dict[str, str]]:
     """One field per editable argument: its path and its value as JSON (as typed, after a refusal)."""
     fields = []
-    for number, path in enumerate(confirmation.editable_paths or []):
+    for number, (path, value) in enumerate(selectors.confirmation_editable_values(confirmation=confirmation)):
         typed = form.posted_text(path)
-        value = get_path(confirmation.tool_args, path)
         text = typed if typed is not None else json.dumps(value, indent=2, ensure_ascii=False)
         fields.append({"id": f"edit-{number}", "path": path, "text": text})
     return fields
@@ -203,7 +185,7 @@ def _answer_inputs(request: HttpRequest, schema: dict) -> dict:
     return inputs
 
 
-def question_page(request: HttpRequest, confirmation: ConfirmationRequest) -> HttpResponse:
+def question_page(request: HttpRequest, confirmation: Any) -> HttpResponse:
     """A question's page: its text and a form for the answer (docs/asking.md). The answer goes through
     the same exactly-once service as a click, which checks it against the question's schema; a
     refused answer shows the form again, as typed, beside why (a 400)."""
@@ -334,7 +316,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
             "ran_arguments": argument_rows(tool_call.ran_args) if tool_call and tool_call.ran_args is not None else None,
             "edit_fields": _edit_fields(confirmation, form) if viewer.can_decide and pending else [],
             "grant_options": card.grant_options if viewer.can_decide and pending else (),
-            "grants": Grant.objects.filter(confirmation=confirmation).order_by("created_at"),
+            "grants": selectors.grants_of_confirmation(confirmation=confirmation),
             "turn": turn,
             "turn_pending": len(offered),
             "turn_shown": sign_shown_ids(card.confirmation_id, offered) if len(offered) > 1 else "",

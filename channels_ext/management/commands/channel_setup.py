@@ -12,7 +12,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
 from approvals import selectors
-from approvals.models import Channel
 from gateway_contract import ChannelError
 
 
@@ -30,7 +29,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        channel = Channel.objects.filter(name=options["name"]).first()
+        channel = selectors.channel_lookup(name=options["name"])
         if channel is None:
             raise CommandError(f"no channel named {options['name']!r}; apply the config file first")
         url = options["url"] or settings.GATEWAY_PUBLIC_URL + reverse("channel-callback", args=[channel.name])

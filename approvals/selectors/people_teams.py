@@ -26,8 +26,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from approvals import selectors
 from approvals.models import Agent, Channel, PeopleGroup, Person, PersonIdentity, StandIn, Team
+from approvals.selectors.agents import agent_hooks
+from approvals.selectors.teams import in_teams, team_ids_of
 
 # A person's or a group's teams: a set of team ids, or None when shared (a group of no team).
 Teams = frozenset[int] | None
@@ -64,7 +65,7 @@ def gate_routes() -> GateRoutes:
     kinds = dict(Channel.objects.values_list("name", "kind"))
     routes = GateRoutes()
     for agent in Agent.objects.all():
-        _, hooks = selectors.agent_hooks(agent=agent)
+        _, hooks = agent_hooks(agent=agent)
         for hook in hooks:
             spec = hook.ask_spec("") if hook.can_ask else None
             if spec is None:
@@ -148,14 +149,14 @@ def group_teams(*, team_id: int | None, name: str, routes: GateRoutes | None = N
 
 def administers(user: Any, teams: Teams) -> bool:
     """Whether `user` administers a row of these teams: a superuser any; staff one of their teams only."""
-    mine = selectors.team_ids_of(user)
+    mine = team_ids_of(user)
     return mine is None or (teams is not None and bool(teams) and teams <= mine)
 
 
 def foreign_teams(user: Any, teams: Teams) -> frozenset[int] | None:
     """The teams a change would bring a row into that `user` does not administer (empty: none;
     None: it would be shared, the superusers')."""
-    mine = selectors.team_ids_of(user)
+    mine = team_ids_of(user)
     if mine is None:
         return frozenset()
     return None if teams is None else teams - mine
@@ -164,7 +165,7 @@ def foreign_teams(user: Any, teams: Teams) -> frozenset[int] | None:
 def people_administered(user: Any, queryset: QuerySet[Person] | None = None) -> QuerySet[Person]:
     """The people `user` administers (`queryset` narrowed to them)."""
     queryset = Person.objects.all() if queryset is None else queryset
-    if selectors.team_ids_of(user) is None:
+    if team_ids_of(user) is None:
         return queryset
     return queryset.filter(pk__in=[pk for pk, teams in people_teams().items() if administers(user, teams)])
 
@@ -172,7 +173,7 @@ def people_administered(user: Any, queryset: QuerySet[Person] | None = None) -> 
 def groups_administered(user: Any, queryset: QuerySet[PeopleGroup] | None = None) -> QuerySet[PeopleGroup]:
     """The groups `user` administers (`queryset` narrowed to them)."""
     queryset = PeopleGroup.objects.all() if queryset is None else queryset
-    mine = selectors.team_ids_of(user)
+    mine = team_ids_of(user)
     if mine is None:
         return queryset
     routes = gate_routes()
@@ -182,7 +183,7 @@ def groups_administered(user: Any, queryset: QuerySet[PeopleGroup] | None = None
 
 def stand_ins_administered(user: Any, queryset: QuerySet[StandIn]) -> QuerySet[StandIn]:
     """The stand-ins whose person and delegate `user` both administers."""
-    if selectors.team_ids_of(user) is None:
+    if team_ids_of(user) is None:
         return queryset
     people = [pk for pk, teams in people_teams().items() if administers(user, teams)]
     return queryset.filter(person__in=people, delegate__in=people)
@@ -192,7 +193,7 @@ def users_linkable(user: Any, *, person_id: int | None) -> QuerySet:
     """The Django users `user` may make a person's user: for staff, no superuser, nobody with another
     person, nobody a direct member of a team not theirs, nobody another team's gates name by username."""
     users = get_user_model().objects.all()
-    mine = selectors.team_ids_of(user)
+    mine = team_ids_of(user)
     if mine is None:
         return users
     named_elsewhere = [
@@ -231,7 +232,7 @@ def _of_team(person: Person, team: Team) -> bool:
     """Whether `person` is one of `team`'s people: in a group of it, or their user a member of it."""
     if person.groups.filter(team=team).exists():
         return True
-    return person.user is not None and selectors.in_teams(person.user, team.pk)
+    return person.user is not None and in_teams(person.user, team.pk)
 
 
 def _linked_person(kind: str, native: str) -> Person | None:
@@ -262,7 +263,7 @@ def strangers(team: Team, *, kind: str, entries: Iterable[str]) -> list[str]:
         else:
             person = _linked_person(kind, entry)
             user = get_user_model().objects.filter(username=entry).first() if kind == "web" and person is None else None
-            mine = (person is None or _of_team(person, team)) and (user is None or selectors.in_teams(user, team.pk))
+            mine = (person is None or _of_team(person, team)) and (user is None or in_teams(user, team.pk))
         if not mine:
             found.append(entry)
     return found

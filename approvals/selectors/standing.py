@@ -4,8 +4,8 @@ stand-ins").
 A request keeps who it was routed to (`approver_people`); whether each of them still decides it is read
 here, at the click, inside its transaction: a person deactivated or taken out of the group that named
 them, a stand-in removed, ended, moved or no longer of the team of the person they stand in for, no
-longer decides. One statement per question, whatever the size of the group; `approvals.selectors`
-asks, and remembers the answers for a click or a page (`people_memo`). Models only: below the selectors.
+longer decides. One statement per question, whatever the size of the group; `approvals.selectors.people`
+asks, and remembers the answers for a click or a page (`people_memo`). Models only: below the other selectors.
 """
 
 from __future__ import annotations

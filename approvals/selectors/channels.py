@@ -1,0 +1,62 @@
+"""The configured channels: found by name, listed, their adapters, what is pending on each."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import connections, router
+from django.db.models import Count, Min
+
+from approvals.models import Channel, ConfirmationRequest, Status
+from gateway_contract import ChannelAdapter, get_adapter
+
+
+def channel_names() -> set[str]:
+    """The names of the configured channels (approval gates may name these)."""
+    return set(Channel.objects.values_list("name", flat=True))
+
+
+def pending_by_channel() -> dict[str, tuple[int, dt.datetime | None]]:
+    """Every channel's pending requests now: (how many, when the oldest was created). For /metrics."""
+    pending: dict[str, tuple[int, dt.datetime | None]] = {name: (0, None) for name in channel_names()}
+    rows = (
+        ConfirmationRequest.objects.filter(status=Status.PENDING)
+        .values("channel__name")
+        .annotate(count=Count("pk"), oldest=Min("created_at"))
+        .values_list("channel__name", "count", "oldest")
+    )
+    for name, count, oldest in rows:
+        pending[name or ""] = (count, oldest)
+    return pending
+
+
+def channel_adapter(channel: Channel) -> ChannelAdapter:
+    return get_adapter(channel.name, channel.kind, channel.config)
+
+
+def channels_sending_direct_messages() -> list[str]:
+    """The names of the configured channels whose adapter can send one person a link (`sends_direct_messages`)."""
+    return [c.name for c in Channel.objects.order_by("name") if channel_adapter(c).sends_direct_messages]
+
+
+def channel_lookup(*, name: str) -> Channel | None:
+    """The channel named `name`; None if there is none."""
+    return Channel.objects.filter(name=name).first()
+
+
+def channel_list() -> list[Channel]:
+    """Every configured channel, by name."""
+    return list(Channel.objects.order_by("name"))
+
+
+def channel_configs(*, using: str) -> list[Channel]:
+    """The channels configured in the database `using`, by name, for its system check (`channels_ext.checks`):
+    [] where the router keeps them in another database or their table does not exist yet (`migrate` runs
+    checks before it migrates: nothing is configured)."""
+    if not router.allow_migrate_model(using, Channel):
+        return []
+    if Channel._meta.db_table not in connections[using].introspection.table_names():
+        return []  # not migrated yet: nothing is configured
+    # Only the columns every migration state has: `migrate` runs this before it adds newer ones
+    # (an upgrade from an earlier release), so reading the whole model would fail there.
+    return list(Channel.objects.using(using).only("pk", "name", "kind", "config").order_by("name"))
