@@ -19,6 +19,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from django.core.management import execute_from_command_line
+
+from gateway import launcher
 from gateway.version import __version__
 
 PROG = "approval-gateway"
@@ -37,12 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     name = args[0] if args[0].startswith("-") else args[0].replace("-", "_")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
-    from django.core.management import execute_from_command_line
-
     try:
         execute_from_command_line([PROG, name, *args[1:]])
-    except SystemExit as exit:
-        return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    except SystemExit as stopped:  # Django's commands exit with their status (a message is a failure)
+        return stopped.code if isinstance(stopped.code, int) else (0 if stopped.code is None else 1)
     return 0
 
 
@@ -55,8 +56,6 @@ def _run(args: list[str]) -> int:
     parser.add_argument("--host", help="address to listen on (GATEWAY_HOST; default 127.0.0.1)")
     parser.add_argument("--port", help="port to listen on (GATEWAY_PORT; default 8000)")
     options = parser.parse_args(args)
-    from gateway import launcher
-
     return launcher.run(options.host, options.port)
 
 
