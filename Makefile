@@ -1,5 +1,6 @@
 # `make run`  — the whole gateway on embedded defaults (SQLite in var/, no broker or cache to install).
 # `make test` — the whole suite against the real PostgreSQL and Redis of this machine.
+# `make dist` — the wheels and sdists (server, Python client) and the TypeScript client's tarball, into dist/.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:543
 	CELERY_BROKER_URL=$${TEST_CELERY_BROKER_URL:-redis://127.0.0.1:6379/5} \
 	GATEWAY_VAR_DIR=$(CURDIR)/var/test
 
-.PHONY: install install-integrations install-channels install-otel run test bench migrate
+.PHONY: install install-integrations install-channels install-otel run test bench migrate dist
 install: $(STAMP)
 
 $(STAMP): requirements.txt clients/python/pyproject.toml
@@ -61,3 +62,6 @@ test: install install-integrations install-channels install-otel
 bench: install
 	bash scripts/ensure-services.sh
 	$(PY) bench/run.py
+
+dist: install
+	PY=$(PY) bash scripts/dist.sh

@@ -25,11 +25,12 @@ from approvals.api.asgi import AgentApiMiddleware  # noqa: E402
 from approvals.api.mcp import McpEndpoint  # noqa: E402
 from gateway.pages import PagesRouter, SyncChainHandler  # noqa: E402
 from gateway.routing import websocket_urlpatterns  # noqa: E402
+from gateway.version_header import VersionHeader  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": AgentApiMiddleware(McpEndpoint(PagesRouter(django_asgi_app, SyncChainHandler()))),
-        "websocket": URLRouter(websocket_urlpatterns),
+        "http": VersionHeader(AgentApiMiddleware(McpEndpoint(PagesRouter(django_asgi_app, SyncChainHandler())))),
+        "websocket": VersionHeader(URLRouter(websocket_urlpatterns)),
     }
 )
 

@@ -15,11 +15,18 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.core.validators import slug_re
 
+from gateway import paths
+from gateway.version import __version__
 from gateway_utils.addresses import AllowList
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("GATEWAY_VAR_DIR", BASE_DIR / "var"))
+BASE_DIR = paths.SOURCE_ROOT
+# Run from a clone, or installed from the wheel (gateway/paths.py).
+GATEWAY_CHECKOUT = paths.IS_CHECKOUT
+VAR_DIR = paths.var_dir()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+GATEWAY_VERSION = __version__
+# The config `approval-gateway run` (`make run`) applies: a web channel and a demo agent.
+GATEWAY_DEMO_CONFIG = paths.demo_config()
 
 
 def env_str(name: str, default: str | None = None) -> str | None:
@@ -121,7 +128,9 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The project's own overrides (the admin's sign-in page); each app's templates are in its
+        # `templates/` folder (APP_DIRS), so the installed wheel has them all.
+        "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -394,7 +403,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Approval gateway agent API",
     "DESCRIPTION": "Human-in-the-loop approval gateway for AI agents.",
-    "VERSION": "1",
+    "VERSION": __version__,  # the gateway's; the API's own is v1, the prefix of its paths
     "SERVE_INCLUDE_SCHEMA": False,
     # 3.1: JSON Schema proper (`propertyNames`, `null` as a type), to state what the server refuses.
     "OAS_VERSION": "3.1.0",

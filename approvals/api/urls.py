@@ -1,7 +1,7 @@
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from approvals.api import views
+from approvals.api import root, views
 
 EVENTS = {
     "session-start": "session_start",
@@ -16,6 +16,7 @@ EVENTS = {
 COMPLETION_EVENTS = {"post_tool_use", "tool_error"}
 
 urlpatterns = [
+    path("", root.ApiRootApi.as_view(), name="api-root"),
     path("hooks/pre-tool-use", views.PreToolUseApi.as_view(), name="api-pre-tool-use"),
     *[
         path(

@@ -7,7 +7,6 @@ with slack-sdk's and lark-oapi's real clients talking to the local fakes.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import io
 import os
 import signal
@@ -211,9 +210,8 @@ def test_list_names_the_channels_that_need_a_connection(fake_slack, fake_feishu)
 
 
 def test_make_run_starts_channel_connections_only_when_a_channel_needs_it(fake_slack):
-    spec = importlib.util.spec_from_file_location("make_run", ROOT / "scripts" / "run.py")
-    make_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_run)
+    from gateway import launcher as make_run  # what `make run` (scripts/run.py) and `approval-gateway run` run
+
     env = command_environment()
     apply_config("channels:\n  - {name: web, kind: web}\n")
     assert make_run.channels_needing_connections(env) == []

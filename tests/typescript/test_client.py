@@ -80,7 +80,7 @@ def test_the_version_is_the_packages_and_is_sent_in_the_user_agent(node_project:
         server.shutdown()
         server.server_close()
 
-    assert version == "0.1.0"
+    assert version == "0.4.0"
     assert reported == {"version": version, "user_agent": f"approval-gateway-client-js/{version}"}
     assert decided["allowed"] and seen == [f"approval-gateway-client-js/{version}"]
 
@@ -277,7 +277,7 @@ def test_the_root_import_needs_no_framework(node_project: NodeProject, tmp_path:
 
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
-    assert (said["version"], said["base"]) == ("0.1.0", "http://127.0.0.1:1")
+    assert (said["version"], said["base"]) == ("0.4.0", "http://127.0.0.1:1")
     assert said["adapter"].startswith("ERR_MODULE_NOT_FOUND Cannot find package 'ai'")
     assert not (project / "node_modules" / "ai").exists()
 

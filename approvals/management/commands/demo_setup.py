@@ -1,6 +1,8 @@
-"""`python manage.py demo_setup`: what `make run` does before starting: apply the
-example config, create a demo staff login (embedded defaults only) and a demo API
-key, then print where to go."""
+"""`python manage.py demo_setup`: what `make run` (`approval-gateway run`) does before starting: apply
+the demo config (the clone's examples/gateway.yaml, packaged as gateway/demo/gateway.yaml), create a demo
+staff login (embedded defaults only) and a demo API key, then print where to go — and how to try it:
+the clone's demo agent, or, installed from the wheel (no examples/ at hand), the client's install line
+and a curl."""
 
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ from approvals.models import Agent
 DEMO_USER = "admin"
 DEMO_PASSWORD = "admin"
 DEMO_KEY_NAME = "make run demo"
+# The call the welcome's curl makes: gated by the demo config's `ask-a-human`.
+DEMO_CALL = (
+    '{"session_id": "demo", "tool_name": "oa__purchase_pay", '
+    '"tool_args": {"invoice_id": "INV-2024-0117", "amount": 80}, "wait_seconds": 30}'
+)
 
 
 def demo_key_file() -> Path:
@@ -50,7 +57,7 @@ class Command(BaseCommand):
     help = "Prepare the first-run demo: config, a staff login and an API key; print where to go."
 
     def add_arguments(self, parser):
-        parser.add_argument("--config", default=settings.GATEWAY_CONFIG or "examples/gateway.yaml")
+        parser.add_argument("--config", default=settings.GATEWAY_CONFIG or str(settings.GATEWAY_DEMO_CONFIG))
         parser.add_argument("--agent", default="demo-agent")
 
     def handle(self, *args, config, agent, **options):
@@ -73,6 +80,13 @@ class Command(BaseCommand):
             return
         raw = demo_api_key(found)
         out(f"  Demo API key:    {raw}   (agent {found.name}; kept in {shown_path(demo_key_file())})")
-        out("  Play an agent that asks to pay an invoice, then approve or reject it on the page it prints:")
-        out(f"    GATEWAY_URL={base} GATEWAY_API_KEY={raw} {shown_path(Path(sys.executable))} examples/agent_demo.py")
+        if settings.GATEWAY_CHECKOUT:
+            out("  Play an agent that asks to pay an invoice, then approve or reject it on the page it prints:")
+            out(f"    GATEWAY_URL={base} GATEWAY_API_KEY={raw} {shown_path(Path(sys.executable))} examples/agent_demo.py")
+        else:
+            out(f"  Ask as the demo agent to pay an invoice (it waits for a human), then decide at {base}/approvals/:")
+            out(f"    curl -s {base}/api/v1/hooks/pre-tool-use -H 'Authorization: Bearer {raw}' \\")
+            out(f"      -H 'Content-Type: application/json' -d '{DEMO_CALL}'")
+            out("  Gate your own agent's tools with the client (Python; `npm install @approval-gateway/client` for TypeScript):")
+            out("    pip install approval-gateway-client")
         out("")
