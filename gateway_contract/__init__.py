@@ -7,7 +7,8 @@ outcomes (`adapter`), the link that brings clicks over an outbound connection (`
 into buttons (`signing`) and the answers a question may take (`answers`).
 """
 
-from gateway_contract.registry import (  # noqa: F401
+from gateway_contract import answers
+from gateway_contract.registry import (
     ACTOR_KINDS,
     CHANNEL_KINDS,
     ChannelKind,
@@ -19,7 +20,7 @@ from gateway_contract.registry import (  # noqa: F401
     question_kinds,
     self_drawing_kinds,
 )
-from gateway_contract.config import (  # noqa: F401
+from gateway_contract.config import (
     ChannelConfigBase,
     get_config_model,
     needed_in_mode,
@@ -27,14 +28,14 @@ from gateway_contract.config import (  # noqa: F401
     secret,
     secret_keys,
 )
-from gateway_contract.cards import (  # noqa: F401
+from gateway_contract.cards import (
     CardItem,
     CardView,
     actor_label,
     argument_value,
     split_actor,
 )
-from gateway_contract.adapter import (  # noqa: F401
+from gateway_contract.adapter import (
     Callback,
     CallbackError,
     ChannelAdapter,
@@ -47,13 +48,13 @@ from gateway_contract.adapter import (  # noqa: F401
     get_adapter,
     get_adapter_class,
 )
-from gateway_contract.signing import (  # noqa: F401
+from gateway_contract.signing import (
     sign_confirmation_id,
     sign_shown_ids,
     unsign_confirmation_id,
     unsign_shown_ids,
 )
-from gateway_contract.links import (  # noqa: F401
+from gateway_contract.links import (
     CONNECTED,
     CONNECTING,
     ChannelLink,
@@ -64,3 +65,52 @@ from gateway_contract.links import (  # noqa: F401
     STOPPED,
     run_on_own_loop,
 )
+
+__all__ = [
+    "answers",
+    "ACTOR_KINDS",
+    "CHANNEL_KINDS",
+    "ChannelKind",
+    "asks_questions",
+    "draws_itself",
+    "has_turn_cards",
+    "kind_spec",
+    "missing_requirement",
+    "question_kinds",
+    "self_drawing_kinds",
+    "ChannelConfigBase",
+    "get_config_model",
+    "needed_in_mode",
+    "not_blank_in_mode",
+    "secret",
+    "secret_keys",
+    "CardItem",
+    "CardView",
+    "actor_label",
+    "argument_value",
+    "split_actor",
+    "Callback",
+    "CallbackError",
+    "ChannelAdapter",
+    "ChannelError",
+    "Decide",
+    "Decision",
+    "DecisionOutcome",
+    "MessageRef",
+    "Show",
+    "get_adapter",
+    "get_adapter_class",
+    "sign_confirmation_id",
+    "sign_shown_ids",
+    "unsign_confirmation_id",
+    "unsign_shown_ids",
+    "CONNECTED",
+    "CONNECTING",
+    "ChannelLink",
+    "ConnectionRefused",
+    "FAILED",
+    "RECONNECTING",
+    "Report",
+    "STOPPED",
+    "run_on_own_loop",
+]

@@ -17,7 +17,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -83,25 +82,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _client_wheel(dist: Path, where: Path) -> Path:
-    """The Python client's wheel: `make dist` builds it from clients/python. Until that package is in this
-    checkout, one is built here from the checkout's gateway_client/ (the server imports its Claude Code
-    hook format), with the same name and version."""
-    built = sorted(dist.glob("approval_gateway_client-*.whl"))
-    if built:
-        return built[0]
-    source = where / "client-source"
-    shutil.copytree(ROOT / "gateway_client", source / "gateway_client", ignore=shutil.ignore_patterns("__pycache__"))
-    version = re.search(r'^__version__ = "(.+)"', (ROOT / "gateway" / "version.py").read_text(), re.M).group(1)
-    (source / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["hatchling==1.33.0"]\nbuild-backend = "hatchling.build"\n'
-        f'[project]\nname = "approval-gateway-client"\nversion = "{version}"\nrequires-python = ">=3.11"\n'
-        'dependencies = ["httpx>=0.28.1,<0.29"]\n[tool.hatch.build.targets.wheel]\npackages = ["gateway_client"]\n'
-    )
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)], ROOT)
-    return sorted(dist.glob("approval_gateway_client-*.whl"))[0]
-
-
 def requires_dist(wheel: Path) -> list[str]:
     """What a wheel asks pip for (its METADATA's Requires-Dist lines)."""
     with zipfile.ZipFile(wheel) as archive:
@@ -141,7 +121,7 @@ def _install(where: Path) -> Installed:
     _run(["bash", str(ROOT / "scripts" / "dist.sh")], ROOT, env={**os.environ, "PY": sys.executable,
                                                                 "DIST_DIR": str(dist), "DIST_ONLY": "python"})  # fmt: skip
     server_wheel = sorted(dist.glob("approval_gateway-*.whl"))[0]
-    client_wheel = _client_wheel(dist, where)
+    client_wheel = sorted(dist.glob("approval_gateway_client-*.whl"))[0]  # the server imports its Claude Code format
     venv = where / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], where)
     site = _site_packages(venv)
