@@ -34,6 +34,14 @@ class RequestKind(models.TextChoices):
     QUESTION = "question"  # a question waiting for a typed answer (docs/asking.md)
 
 
+class RiskLevel(models.TextChoices):
+    """How risky a request's call is (hooks.risk; docs/policies.md, "Risk")."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
 @dataclasses.dataclass
 class PreToolUseAnswer:
     """The answer to a pre-tool-use call (docs/reference/api.md)."""
@@ -131,6 +139,7 @@ class ConfirmationState:
     kind: str = "confirmation"  # or "question" (docs/asking.md)
     answer: Any = None  # a question's answer, once answered
     default_answer: Any = None  # what a question's agent gets if it expires unanswered
+    risk: str = "medium"  # low | medium | high (docs/policies.md, "Risk")
     # Whether the row's `decision_mac` signs what it says (approvals.audit.decision_verifies): an agent
     # is never answered from a state that does not verify (`selectors.verified`).
     verified: bool = True
@@ -173,6 +182,7 @@ class ConfirmationState:
             kind=row.kind,
             answer=row.answer,
             default_answer=row.default_answer,
+            risk=row.risk,
             verified=verified,
         )
 
@@ -202,6 +212,7 @@ class ConfirmationState:
             kind=data.get("kind") or "confirmation",
             answer=data.get("answer"),
             default_answer=data.get("default_answer"),
+            risk=data.get("risk") or "medium",
             verified=verified,
         )
 

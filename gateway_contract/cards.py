@@ -96,6 +96,8 @@ class CardView:
     kind: str = "confirmation"
     answer_schema: dict[str, Any] | None = None
     answer: Any = None
+    # How risky the call is (low | medium | high), as its gate or policy rated it: every card shows it.
+    risk: str = "medium"
 
     @property
     def is_question(self) -> bool:

@@ -47,6 +47,11 @@ TOOL_CALLS = Counter(
     "Pre-tool-use calls answered, by agent and decision (allow, deny, ask, skip, error).",
     ["agent", "decision"],
 )
+REQUESTS = Counter(
+    "gateway_requests",
+    "Requests for a human created, by channel, kind (confirmation, question) and risk (low, medium, high).",
+    ["channel", "kind", "risk"],
+)
 DECISION_SECONDS = Histogram(
     "gateway_decision_seconds",
     "Time from a confirmation request's creation to its decision, by channel and outcome "
@@ -131,6 +136,10 @@ def multiprocess() -> bool:
 def tool_call_answered(*, agent: str, decision: str) -> None:
     """A pre-tool-use answered; `decision` as the agent got it ("pending" is counted as "ask")."""
     TOOL_CALLS.labels(agent, "ask" if decision == "pending" else decision).inc()
+
+
+def request_created(*, channel: str, kind: str, risk: str) -> None:
+    REQUESTS.labels(channel, kind, risk).inc()
 
 
 def decided(*, channel: str, outcome: str, seconds: float) -> None:

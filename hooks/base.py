@@ -141,6 +141,8 @@ class AskSpec:
     # Approve for a scope: the offers, as `grant_label` reads them.
     grants: tuple[dict[str, Any], ...] = ()
     warn_before_seconds: int | None = None
+    # How risky the call is: low | medium | high (hooks.risk; docs/policies.md, "Risk").
+    risk: str = "medium"
 
 
 _UNSET: Any = object()
@@ -157,6 +159,7 @@ class HookResult:
     side_effects: list[str] = dataclasses.field(default_factory=list)
     ask: AskSpec | None = None
     ask_via: str = ""  # a policy's ask: the name of the approval_gate that should ask
+    risk: str = ""  # a policy's ask: the risk its rule (or the policy) gives the call; "" = the gate's
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # injected history
     action: str = ""  # tool_error: retry | recover | abort | raise
     delay_seconds: float = 0.0
@@ -235,8 +238,9 @@ class Hook:
 
     # --- what the chain runner asks of a kind ------------------------------------
 
-    def ask_spec(self, reason: str) -> AskSpec | None:
-        """Override in a kind that can suspend a call for a human: how to ask. None: it cannot."""
+    def ask_spec(self, reason: str, ctx: HookContext | None = None) -> AskSpec | None:
+        """Override in a kind that can suspend a call for a human: how to ask about the call in `ctx`
+        (None: as configured, with no call to judge). None: it cannot."""
         return None
 
     def ask_targets(self) -> frozenset[str]:

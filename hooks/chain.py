@@ -82,7 +82,9 @@ def run_chain(hooks: list[Hook], ctx: HookContext) -> ChainOutcome:
             if target is not None:
                 routed = _run_one(target, ctx, force=True)
                 if routed is not None and routed.ask is not None:
-                    result.ask = dataclasses.replace(routed.ask, reason=result.reason or routed.ask.reason)
+                    result.ask = dataclasses.replace(
+                        routed.ask, reason=result.reason or routed.ask.reason, risk=result.risk or routed.ask.risk
+                    )
         out.hook_decisions.append(
             {"hook": hook.name, "kind": hook.kind, "decision": result.decision, "reason": result.reason}
         )

@@ -127,6 +127,9 @@ class AgentClient:
     def wait(self, confirmation_id: str, timeout: float = 10) -> httpx.Response:
         return self.http.get(f"/api/v1/confirmations/{confirmation_id}/wait", params={"timeout": timeout})
 
+    def get(self, confirmation_id: str) -> httpx.Response:
+        return self.http.get(f"/api/v1/confirmations/{confirmation_id}")
+
 
 def make_agent_client(live_gateway, agent_name: str) -> AgentClient:
     from approvals import services

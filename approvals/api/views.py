@@ -175,6 +175,9 @@ class ConfirmationOutput(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     edited = serializers.BooleanField(help_text="The approver changed the arguments before approving.")
     approved_args = serializers.DictField(allow_null=True, help_text="What was approved, when edited (as stored).")
+    risk = serializers.ChoiceField(
+        choices=["low", "medium", "high"], help_text="How risky the call is, as its gate or policy rated it."
+    )
     url = serializers.URLField()
 
 

@@ -57,18 +57,20 @@ def resign_chains(apps: Any = None) -> int:
     return signed  # (every process's guess of a head is now stale: its next append reads the head again)
 
 
-def sign_decisions(apps: Any = None, *, only_valid: bool = False) -> int:
+def sign_decisions(apps: Any = None, *, only_valid: bool = False, request_fields: tuple[str, ...] | None = None) -> int:
     """Sign every decision row under the current key (migration 0011 for rows from before MACs; after a
     key rotation, `only_valid` re-signs only rows whose MAC verifies under the old keys — a row that did
-    not verify stays unverifiable). Returns the rows signed."""
+    not verify stays unverifiable). `request_fields`: what a request's MAC signed at the migration that
+    calls this (a later migration adds fields, and re-signs). Returns the rows signed."""
     signed = 0
     for model in SIGNED:
         table = apps.get_model("approvals", model.__name__) if apps is not None else model
+        fields = request_fields if model is ConfirmationRequest else None
         batch = []
         for row in table.objects.order_by("pk").iterator(chunk_size=2000):
-            if only_valid and not decision_verifies(model, row):
+            if only_valid and not decision_verifies(model, row, fields=fields):
                 continue
-            row.decision_mac = decision_mac(model, row)
+            row.decision_mac = decision_mac(model, row, fields=fields)
             batch.append(row)
             if len(batch) >= 2000:
                 table.objects.bulk_update(batch, ["decision_mac"])
@@ -79,9 +81,10 @@ def sign_decisions(apps: Any = None, *, only_valid: bool = False) -> int:
     return signed
 
 
-def link_decisions(apps: Any = None) -> int:
+def link_decisions(apps: Any = None, *, request_fields: tuple[str, ...] | None = None) -> int:
     """Link every decision row as it is into its agent's chain (`recorded` entries; migration 0011, for
-    rows from before decision rows were chained). Returns the rows linked."""
+    rows from before decision rows were chained). `request_fields`: as `sign_decisions`'s. Returns the
+    rows linked."""
     get = apps.get_model if apps is not None else None
     entries_model = get("approvals", "AuditEntry") if get else AuditEntry
     heads_model = get("approvals", "AuditHead") if get else AuditHead
@@ -90,11 +93,12 @@ def link_decisions(apps: Any = None) -> int:
                                (Grant, "agent_id")):  # fmt: skip
         source = SOURCE_OF[model]
         table = get("approvals", model.__name__) if get else model
-        for row in table.objects.annotate(chain_agent=F(agent_field)).order_by("pk").values(*{*SOURCES[source], "id"}, "chain_agent"):
+        fields = (request_fields if model is ConfirmationRequest else None) or SOURCES[source]
+        for row in table.objects.annotate(chain_agent=F(agent_field)).order_by("pk").values(*{*fields, "id"}, "chain_agent"):
             agent_id = row["chain_agent"]
             head = heads_model.objects.filter(agent_id=agent_id).first()
             seq, prev = (head.seq, head.hash) if head else (0, GENESIS)
-            content = content_hash(source, row)
+            content = content_hash(source, row, fields=fields)
             tail = entry_tail(action="recorded", source=source, source_id=row["id"], content=content)
             new = entry_hash(agent_id=agent_id, seq=seq + 1, tail=tail, prev_hash=prev, key_id=current_key_id())
             entries_model.objects.create(

@@ -49,6 +49,7 @@ REQUEST_SIGNED = (
     "turn_id", "expires_at", "on_timeout", "escalate_channel_id", "escalate_approvers", "callback_url",
     "approver_people", "escalate_approver_people", "kind", "answer_schema", "answer", "default_answer",
     "reason",  # the question's text, or why the call was gated: what the people deciding read (migration 0016)
+    "risk",  # how risky the call is: what routes it and what approvers are shown (migration 0018)
 )  # fmt: skip
 RESPONSE_SIGNED = ("confirmation_id", "approver", "person", "on_behalf_of", "decision", "reason", "channel")
 GRANT_SIGNED = (

@@ -9,11 +9,23 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+# What a request's MAC signed at this migration, written out: later migrations add fields and sign anew
+# (0016 `reason`, 0018 `risk`), and this one must sign what they expect to find.
+REQUEST_SIGNED_0015 = (
+    "id", "agent_id", "session_id", "tool_name", "tool_args", "user_id", "channel_id", "approvers",
+    "approvals_required", "allow_self_approval", "status", "decided_by", "decided_at", "decision_reason",
+    "hook_name", "editable_paths", "edit_types", "arg_edits", "approved_args", "grant_options", "args_fingerprint",
+    "turn_id", "expires_at", "on_timeout", "escalate_channel_id", "escalate_approvers", "callback_url",
+    "approver_people", "escalate_approver_people", "kind", "answer_schema", "answer", "default_answer",
+)  # fmt: skip
+
+
 def sign_everything(apps, schema_editor):
     from approvals.audit import link_decisions, resign_chains, sign_decisions
 
-    sign_decisions(apps)
-    link_decisions(apps)  # each decision row's state as it is, a `recorded` entry of its agent's chain
+    sign_decisions(apps, request_fields=REQUEST_SIGNED_0015)
+    # each decision row's state as it is, a `recorded` entry of its agent's chain
+    link_decisions(apps, request_fields=REQUEST_SIGNED_0015)
     resign_chains(apps)
 
 

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from approvals.models.agents import Agent, Channel
-from approvals.types import RequestKind, Status
+from approvals.types import RequestKind, RiskLevel, Status
 
 FINAL_STATUSES = frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED, Status.ANSWERED})
 # The only moves a confirmation request can make; each is one conditional UPDATE.
@@ -93,6 +93,8 @@ class ConfirmationRequest(models.Model):
     escalate_approver_people = models.JSONField(default=dict, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     callback_url = models.URLField(max_length=2000, blank=True)
+    # How risky the call is, as its gate or policy rated it (docs/policies.md, "Risk"): shown, routed, signed.
+    risk = models.CharField(max_length=6, choices=RiskLevel.choices, default=RiskLevel.MEDIUM)
     # Questions (kind=question): the answer's schema (gateway_contract.answers), the answer, the default on expiry.
     answer_schema = models.JSONField(null=True, blank=True)
     answer = models.JSONField(null=True, blank=True)

@@ -122,6 +122,7 @@ def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> C
         answer=confirmation.answer,
         waiting_for=still_to_answer(confirmation, channel_name=channel_name),
         on_behalf_of=on_behalf_of(confirmation),
+        risk=confirmation.risk,
     )
 
 

@@ -136,6 +136,7 @@ def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) 
         "expires_at": confirmation.expires_at.isoformat() if confirmation.expires_at else None,
         "edited": confirmation.edited,
         "approved_args": confirmation.approved_args,
+        "risk": confirmation.risk,
         "url": confirmation_url(confirmation),
     }
 

@@ -157,11 +157,13 @@ def confirmation_create(
         escalate_approvers=escalate_approvers,
         escalate_approver_people=escalate_people,
         callback_url=callback_url,
+        risk=spec.risk,
         kind=kind,
         answer_schema=answer_schema,
         default_answer=default_answer,
     )
     confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
+    transaction.on_commit(lambda: metrics.request_created(channel=channel.name, kind=kind, risk=spec.risk))
     created = ConfirmationEvent(
         confirmation_id=confirmation.pk, kind=EventKind.CREATED, actor=f"agent:{agent.name}", channel="", message=spec.reason,
         data={},

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from hooks.base import AskSpec, EditType, Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
+from hooks.risk import RiskSetting, resolve_risk
 
 
 # `group:NAME` and `person:EMAIL` approver entries (docs/approving.md, "People"); any other entry is
@@ -120,6 +121,9 @@ class ApprovalGateConfig(HookConfigBase):
     )
     warn_before_seconds: PositiveInt | None = Field(
         default=None, description="Re-ping the approvers this many seconds before the deadline."
+    )
+    risk: RiskSetting = Field(
+        default="medium", description='How risky the calls it asks about are (docs/policies.md, "Risk").'
     )
 
     @field_validator("approvers")
@@ -269,9 +273,10 @@ class ApprovalGate(Hook):
         required = self.config.approvals_required
         needs = "approval" if required == 1 else f"{required} approvals"
         reason = f"{ctx.tool_name} needs {needs} ({self.name})"
-        return HookResult(decision="ask", reason=reason, ask=self.ask_spec(reason))
+        return HookResult(decision="ask", reason=reason, ask=self.ask_spec(reason, ctx))
 
-    def ask_spec(self, reason: str) -> AskSpec:
+    def ask_spec(self, reason: str, ctx: HookContext | None = None) -> AskSpec:
+        """How this gate asks about the call in `ctx` (its risk computed over it); without a call, as configured."""
         c = self.config
         escalate = c.escalate_to
         return AskSpec(
@@ -291,4 +296,5 @@ class ApprovalGate(Hook):
             edit_types=dict(c.edit_types),
             grants=tuple(offer.model_dump() for offer in c.grants),
             warn_before_seconds=c.warn_before_seconds,
+            risk=resolve_risk(c.risk, ctx.cel_variables() if ctx is not None else None) or "medium",
         )

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from hooks.base import Hook, HookContext, HookResult
 from hooks.cel import compile_expression, evaluate
 from hooks.config import CelExpression, HookConfigBase, Reference, Strict, ToolPatterns
+from hooks.risk import RiskSetting, resolve_risk
 
 
 class PolicyRule(Strict):
@@ -20,6 +21,9 @@ class PolicyRule(Strict):
     tools: ToolPatterns = ["*"]
     when: CelExpression | None = None
     reason: str = ""
+    risk: RiskSetting | None = Field(
+        default=None, description="The risk of a call this rule asks about (default: the policy's)."
+    )
 
 
 class PolicyConfig(HookConfigBase):
@@ -29,6 +33,9 @@ class PolicyConfig(HookConfigBase):
     event: Literal["pre_tool_use"] = "pre_tool_use"
     rules: list[PolicyRule] = []
     default: Literal["allow", "deny", "ask"] = "allow"
+    risk: RiskSetting | None = Field(
+        default=None, description="The risk of a call this policy asks about (default: the ask_via gate's)."
+    )
     ask_via: str | None = Field(
         default=None,
         validate_default=True,
@@ -68,6 +75,7 @@ class _Rule:
     tools: tuple[str, ...]
     when: cel.Program | None
     reason: str
+    risk: str | None
 
     def specificity(self, tool_name: str) -> int:
         """The most specific of this rule's patterns that names the tool (0: the rule does not apply)."""
@@ -102,6 +110,7 @@ class PolicyHook(Hook):
                 tools=tuple(rule.tools),
                 when=compile_expression(rule.when) if rule.when else None,
                 reason=rule.reason,
+                risk=rule.risk,
             )
             for index, rule in enumerate(config.rules)
         )
@@ -117,7 +126,9 @@ class PolicyHook(Hook):
         if effect == "deny":
             return HookResult.deny(reason)
         if effect == "ask":
-            return HookResult(decision="ask", reason=reason, ask_via=self.config.ask_via or "")
+            setting = (rule.risk if rule is not None else None) or self.config.risk
+            risk = resolve_risk(setting, ctx.cel_variables()) or ""
+            return HookResult(decision="ask", reason=reason, ask_via=self.config.ask_via or "", risk=risk)
         return HookResult.allow(reason)
 
     def ask_targets(self) -> frozenset[str]:

@@ -1,6 +1,7 @@
-"""The migration that adds a request's `reason` (a question's text) to what its MAC signs and its chain entries
-hash (approvals/migrations/0016_question_text_signed.py, `approvals.audit_fields.resign_requests`), run on
-rows as the gateway wrote them before: everything that verified still does, and nothing that did not is made to."""
+"""The migrations that add a field to what a request's MAC signs and its chain entries hash — 0016 a
+question's text (`reason`), 0018 a call's `risk` (`approvals.audit_fields.resign_requests`) — run on rows as
+the gateway wrote them before each, and the later ones after it (the upgrade path): everything that
+verified still does, and nothing that did not is made to."""
 
 from __future__ import annotations
 
@@ -18,13 +19,16 @@ from tests.conftest import decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-migration = importlib.import_module("approvals.migrations.0016_question_text_signed")
+MIGRATIONS = [
+    importlib.import_module("approvals.migrations.0016_question_text_signed"),
+    importlib.import_module("approvals.migrations.0018_request_risk"),
+]
 
 
-def as_written_before_the_migration() -> None:
+def as_written_before_the_migration(migration) -> None:
     """Every request signed, and the latest chain entry about it hashed, over the fields signed before (what
     the gateway wrote then); the chains signed again over that."""
-    for row in ConfirmationRequest.objects.values(*migration.AFTER):
+    for row in ConfirmationRequest.objects.values(*MIGRATIONS[-1].AFTER):
         ConfirmationRequest.objects.filter(pk=row["id"]).update(
             decision_mac=decision_mac(ConfirmationRequest, row, fields=migration.BEFORE)
         )
@@ -33,22 +37,24 @@ def as_written_before_the_migration() -> None:
     resign_chains()
 
 
-def test_every_request_that_verified_verifies_after_it_and_a_changed_one_stays_named(agent):
+@pytest.mark.parametrize("first", [0, 1], ids=["from-0016", "from-0018"])
+def test_every_request_that_verified_verifies_after_it_and_a_changed_one_stays_named(agent, first):
     answered, pending, changed = ask(agent), ask(agent), ask(agent)
     assert answer(answered, "Globex") and answer(changed, "Globex")
     approved = agent.pre_tool_use("oa__purchase_pay", {"amount": 5}).json()["confirmation_id"]
     decide(approved, "approve")
     waiting = agent.pre_tool_use("oa__purchase_pay", {"amount": 6}).json()["confirmation_id"]
-    as_written_before_the_migration()
+    as_written_before_the_migration(MIGRATIONS[first])
     with connection.cursor() as cursor:  # changed behind the gateway's back before the upgrade
         cursor.execute("""UPDATE approvals_confirmationrequest SET answer = '"Acme"' WHERE id = %s""", [changed])
     before = verify_problems()  # with the new fields, and before the migration: nothing verifies
     assert f"confirmation request {answered} does not match its signature" in before
 
-    migration.forwards(apps, None)
-    entries = AuditEntry.objects.count()
-    migration.forwards(apps, None)  # twice changes nothing more
-    assert AuditEntry.objects.count() == entries
+    for migration in MIGRATIONS[first:]:
+        migration.forwards(apps, None)
+        entries = AuditEntry.objects.count()
+        migration.forwards(apps, None)  # twice changes nothing more
+        assert AuditEntry.objects.count() == entries
 
     problems = [p.message for p in audit_verify().problems]
     assert len(problems) == 2, problems  # the changed question, named both ways; nothing else

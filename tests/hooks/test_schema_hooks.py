@@ -69,7 +69,7 @@ def test_it_suggests_the_key_meant_by_a_typo():
 
 def test_it_lists_the_allowed_keys_for_an_unknown_key_in_a_nested_mapping():
     assert hook_problems({"kind": "policy", "rules": [{"effect": "deny", "xyz": 1}]}) == [
-        ("hooks[0].rules[0].xyz", "unknown key; allowed: effect, tools, when, reason")
+        ("hooks[0].rules[0].xyz", "unknown key; allowed: effect, tools, when, reason, risk")
     ]
 
 
