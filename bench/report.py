@@ -96,6 +96,28 @@ def table(results: dict[str, Any]) -> str:
             f"| | expiry sweep with nothing due, p50 | {f['sweep_ms']['p50']:.2f} ms | empty: {e['sweep_ms']['p50']:.2f} ms "
             f"| within 20 % ({g['sweep_p50_ratio']}×) | {mark[g['sweep_p50_ratio'] <= TARGETS['growth_ratio']]} |"
         )
+    if (x := results.get("proxy")) is not None:
+        ms, added = x["ms"], x["proxy_adds_ms"]
+        rows.append(
+            f"| 7. MCP proxy | an allowed `tools/call` through `gateway-mcp-proxy` to a trivial upstream, p50 / p99; "
+            f"what the proxy adds beyond the upstream and the gateway's own call | {ms['proxy']['p50']:.2f} / "
+            f"{ms['proxy']['p99']:.2f} ms; adds {added['p50']:.2f} / {added['p99']:.2f} ms "
+            f"| upstream direct {ms['direct']['p50']:.2f} / {ms['direct']['p99']:.2f} ms; the gateway's call "
+            f"(pre + post-tool-use, same client) {ms['gateway']['p50']:.2f} / {ms['gateway']['p99']:.2f} ms "
+            f"| adds ≤ 1 ms p50 | {mark[added['p50'] <= 1.0]} |"
+        )
+        rows.append(
+            f"| | 8 calls at once through one proxy to a tool taking {x['slow_alone_ms']:.0f} ms: all answered in "
+            f"| {x['eight_at_once_ms']:.0f} ms | one alone: {x['slow_alone_ms']:.0f} ms | not serialized (< 2× one) "
+            f"| {mark[not x['serializes']]} |"
+        )
+    if (i := results.get("idle")) is not None:
+        c = i["cores"]
+        rows.append(
+            f"| 8. idle | server, worker and beat doing nothing for {i['seconds']:.0f} s: share of one core "
+            f"| {i['total_cores']:.4f} (server {c['server']:.4f}, worker {c['worker']:.4f}, beat {c['beat']:.4f}) "
+            f"| peer's server (quoted): 0.006 | ≤ 0.010 | {mark[i['met']]} |"
+        )
     return "\n".join(rows)
 
 

@@ -24,6 +24,10 @@ measured in the same run (docs/waiting.md explains the rows):
    answered.
 6. growth: the allow path and the expiry sweep on an empty database and with
    1,000,000 ToolCall rows and 100,000 pending requests.
+7. proxy: an allowed `tools/call` through the MCP proxy to a trivial upstream,
+   beside the upstream called directly and the gateway's own allowed call;
+   8 calls at once through one proxy (not serialized).
+8. idle: the server, a worker and beat doing nothing: CPU share of a core.
 
 Results: a table on stdout and JSON in bench/results/. The database
 (default gw_bench) is dropped, re-created and migrated on every run.
@@ -70,6 +74,8 @@ from bench.parts.create import part_create, part_decide  # noqa: E402
 from bench.parts.crowd import part_crowd_level  # noqa: E402
 from bench.parts.expiry import part_expiry_level  # noqa: E402
 from bench.parts.growth import part_growth  # noqa: E402
+from bench.parts.idle import part_idle  # noqa: E402
+from bench.parts.proxy import part_proxy  # noqa: E402
 from bench.parts.wake import part_wake  # noqa: E402
 from bench.report import save_json, table  # noqa: E402
 
@@ -88,7 +94,7 @@ async def _main_async(args: argparse.Namespace, fake_slack: Any) -> dict[str, An
     ids = await asyncio.to_thread(setup_database, fake_slack.base_url)
     results: dict[str, Any] = {}
     parts = set(args.parts.split(","))
-    if parts & {"allow", "wake", "create", "growth"}:
+    if parts & {"allow", "wake", "proxy", "create", "growth"}:
         gateway = Server(pin=args.pin).start()
         bare = Server("bench.bare:application", pin=args.pin).start(health="/bare/insert")
         worker = None
@@ -97,6 +103,8 @@ async def _main_async(args: argparse.Namespace, fake_slack: Any) -> dict[str, An
                 results["allow"] = await part_allow(gateway, bare, ids, seconds=args.seconds, concurrency=args.concurrency)
             if "wake" in parts:
                 results["wake"] = await part_wake(gateway, ids, args.decisions)
+            if "proxy" in parts:
+                results["proxy"] = await part_proxy(gateway, ids, calls=args.proxy_calls)
             if "create" in parts:
                 # Only now a worker: the Slack cards earlier parts queued (to a discard port) are dropped.
                 await asyncio.to_thread(purge_broker)
@@ -119,10 +127,12 @@ async def _main_async(args: argparse.Namespace, fake_slack: Any) -> dict[str, An
         results["crowd"] = [await part_crowd_level(n, ids, pin=args.pin) for n in args.crowd]
     if "expiry" in parts:
         results["expiry"] = [await part_expiry_level(n, ids, pin=args.pin) for n in args.expiry]
+    if "idle" in parts:
+        results["idle"] = await part_idle(seconds=args.idle_seconds)
     return results
 
 
-ALL_PARTS = "allow,wake,crowd,expiry,create,growth"
+ALL_PARTS = "allow,wake,proxy,crowd,expiry,create,growth,idle"
 
 
 def main() -> int:
@@ -133,6 +143,8 @@ def main() -> int:
     parser.add_argument("--expiry", default="2000,10000", help="4: waiter counts (default 2000,10000)")
     parser.add_argument("--seconds", type=float, default=6, help="1/6: seconds per round (default 6)")
     parser.add_argument("--create-seconds", type=float, default=15, help="5: seconds of creation (default 15)")
+    parser.add_argument("--proxy-calls", type=int, default=400, help="7: calls measured each way (default 400)")
+    parser.add_argument("--idle-seconds", type=float, default=60, help="8: seconds doing nothing (default 60)")
     parser.add_argument("--concurrency", type=int, default=8, help="client connections (default 8)")
     parser.add_argument("--grow-tool-calls", type=int, default=1_000_000, help="6: ToolCall rows added")
     parser.add_argument("--grow-pending", type=int, default=100_000, help="6: pending requests added")

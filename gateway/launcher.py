@@ -24,6 +24,11 @@ from gateway import paths
 PY = sys.executable
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = "8000"
+# The worker and beat as `run` starts them (`python -m` these); make bench's idle part starts the same.
+# One worker of one machine: no gossip, mingle or event heartbeats between workers (docs/operating.md).
+WORKER_ARGS = ("celery", "--quiet", "-A", "gateway", "worker", "--pool", "threads", "--concurrency", "4",
+               "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "WARNING")  # fmt: skip
+BEAT_ARGS = ("celery", "--quiet", "-A", "gateway", "beat", "--loglevel", "WARNING")
 
 
 def command(*args: str) -> list[str]:
@@ -82,11 +87,11 @@ def run(host: str | None = None, port: str | None = None, prog: str = "approval-
             env=env,
         ),
         "worker": subprocess.Popen(
-            [PY, "-m", "celery", "--quiet", "-A", "gateway", "worker", "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING"],
+            [PY, "-m", *WORKER_ARGS],
             env=env,
         ),
         "beat": subprocess.Popen(
-            [PY, "-m", "celery", "--quiet", "-A", "gateway", "beat", "--loglevel", "WARNING"],
+            [PY, "-m", *BEAT_ARGS],
             env=env,
         ),
     }  # fmt: skip

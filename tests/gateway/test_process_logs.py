@@ -216,7 +216,7 @@ def test_beat_writes_only_json_its_banner_too(started, tmp_path):
         command("celery", "-A", "gateway", "beat", "-s", str(tmp_path / "celerybeat-schedule"), "--loglevel", "INFO")
     )
     beat.wait_for("beat: Starting...", timeout=START_TIMEOUT)
-    beat.wait_for("Scheduler: Sending due task expire-due-confirmations")
+    beat.wait_for("Scheduler: Sending due task gateway-tick")
     assert beat.stop() == 0
     records = beat.records()
     app.control.purge()  # what beat queued names nothing of this test's; no worker of a later test should run it
