@@ -42,6 +42,11 @@ for _name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PRO
     os.environ.pop(_name, None)
 
 from gateway.settings import *  # noqa: E402,F401,F403
+from gateway.settings import DATABASES, POSTGRES_ENGINE  # noqa: E402
+
+# Tables emptied after a transactional test by DELETE, not TRUNCATE (tests/postgresql/base.py says why).
+if DATABASES["default"]["ENGINE"] == POSTGRES_ENGINE:
+    DATABASES["default"]["ENGINE"] = "tests.postgresql"
 
 # Signing in is not what these tests measure: a fast hasher instead of PBKDF2 (Django testing docs).
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
