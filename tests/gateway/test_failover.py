@@ -111,14 +111,19 @@ class Gateway:
 
     def prepare(self, config_path: Path) -> tuple[str, str]:
         _run(self.env, "migrate", "--no-input")
-        _run(self.env, "apply_config", str(config_path))
-        _run(
-            self.env,
-            "shell",
-            "-c",
-            f"from django.contrib.auth.models import User; User.objects.create_user('alice', password={PASSWORD!r})",
+        # The rest in one process (each manage.py costs a Django start-up): the config, alice, two keys.
+        script = (
+            "import io\n"
+            "from django.contrib.auth.models import User\n"
+            "from django.core.management import call_command\n"
+            f"call_command('apply_config', {str(config_path)!r}, stdout=io.StringIO())\n"
+            f"User.objects.create_user('alice', password={PASSWORD!r})\n"
+            "for _ in range(2):\n"
+            "    out = io.StringIO()\n"
+            "    call_command('create_api_key', 'bot', stdout=out)\n"
+            "    print('KEY', out.getvalue().strip().splitlines()[-1])\n"
         )
-        keys = [_run(self.env, "create_api_key", "bot").strip().splitlines()[-1] for _ in range(2)]
+        keys = [line.split(" ", 1)[1] for line in _run(self.env, "shell", "-c", script).splitlines() if line.startswith("KEY ")]
         return keys[0], keys[1]
 
     def start(self) -> None:

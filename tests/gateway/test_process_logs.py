@@ -194,7 +194,7 @@ def test_the_worker_writes_only_json_its_banner_too_and_a_delivery_line_names_th
 
     app.send_task("approvals.tasks.deliver_outbox", args=[card.pk], queue=queue)
     worker.wait_for("card sent")
-    assert worker.stop() == 0
+    assert worker.stop() == 0, worker.transcript()
     records = worker.records()
 
     (banner,) = [r for r in records if r["message"] == "celery worker starting"]
@@ -217,7 +217,7 @@ def test_beat_writes_only_json_its_banner_too(started, tmp_path):
     )
     beat.wait_for("beat: Starting...", timeout=START_TIMEOUT)
     beat.wait_for("Scheduler: Sending due task gateway-tick")
-    assert beat.stop() == 0
+    assert beat.stop() == 0, beat.transcript()
     records = beat.records()
     app.control.purge()  # what beat queued names nothing of this test's; no worker of a later test should run it
 
