@@ -16,6 +16,8 @@
 - `audit_retention`: the chain's heads recorded outside the database, and the purge.
 - `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
+- `simulation`: a draft config tried on the recorded calls, changing nothing (`config_simulate`);
+- `suggestions`: what people always approved, offered as hooks to adopt (`policies_suggest`);
 - `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups);
   an admin's link of a subject to a user.
 
@@ -52,6 +54,8 @@ from approvals.services.people import (
 )
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
+from approvals.services.simulation import config_simulate
+from approvals.services.suggestions import policies_suggest
 from approvals.services.sign_in import identity_provider_link_create, user_from_identity_provider
 from approvals.services.timers import (
     confirmation_escalate,
@@ -63,6 +67,8 @@ from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
 __all__ = [
     "agent_create",
+    "config_simulate",
+    "policies_suggest",
     "agent_hooks_apply",
     "agent_set_read_only",
     "api_key_create",
