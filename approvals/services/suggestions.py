@@ -378,7 +378,7 @@ def _comment_rule(lines: list[str], suggestion: Suggestion) -> None:
     at = next((i for i, line in enumerate(lines) if line.lstrip().startswith("reason:") and marker in line), None)
     if at is None:
         return
-    start = next((i for i in range(at, -1, -1) if lines[i].lstrip().startswith("- ")), at)
+    start = next((i for i in range(at, -1, -1) if lines[i].lstrip().startswith("- effect:")), at)
     indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
     lines.insert(
         start,
