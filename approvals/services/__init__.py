@@ -67,8 +67,6 @@ from approvals.services.tool_calls import request_fingerprint, tool_call_pre
 
 __all__ = [
     "agent_create",
-    "config_simulate",
-    "policies_suggest",
     "agent_hooks_apply",
     "agent_set_read_only",
     "api_key_create",
@@ -79,6 +77,7 @@ __all__ = [
     "audit_checkpoint",
     "audit_purge",
     "config_apply",
+    "config_simulate",
     "question_create",
     "confirmation_cancel",
     "confirmation_cancel_by_staff",
@@ -105,6 +104,7 @@ __all__ = [
     "person_link_by_email",
     "person_link_offer",
     "person_link_redeem",
+    "policies_suggest",
     "stand_in_end",
     "stand_in_name",
     "stand_in_team_problem",

@@ -139,25 +139,29 @@ def replay_only() -> Iterator[None]:
             transaction.set_rollback(True)
 
 
-def replay(
-    *, agent_name: str, hooks: Sequence[HookConfigBase], calls: Iterable[ToolCall], read_only: bool = False
-) -> tuple[list[tuple[ToolCall, ChainOutcome]], dict[str, int]]:
-    """Each call (in the order given, oldest first) with what `hooks` decide about it, and the hooks
-    that call out with how many calls they had not answered. Call inside `replay_only()`."""
-    built = build(list(hooks))  # fresh instances: the served chains' cached hooks are never touched
-    stand_ins = {hook.name: _Recorded(hook) for hook in built if hook.calls_out}
-    chain = [stand_ins.get(hook.name, hook) for hook in built]
-    decided = []
-    with hook_state.replaying():  # each replay counts its own windows from nothing
-        for call in calls:
-            for stand_in in stand_ins.values():
-                stand_in.answer = next(
-                    (d for d in call.hook_decisions or [] if d.get("hook") == stand_in.name and d.get("kind") == stand_in.kind),
-                    None,
-                )
-            ctx = call_context(call, agent_name=agent_name, read_only=read_only)
-            decided.append((call, run_chain(chain, ctx)))
-    return decided, {name: s.missing for name, s in stand_ins.items() if s.missing}
+class Replay:
+    """A draft's chain for one agent, replaying recorded calls: `run(calls)` yields each call (in the
+    order given, oldest first) with what the chain decides about it; `not_replayed()` names the hooks
+    that call out with how many calls they had not answered. Use inside `replay_only()`."""
+
+    def __init__(self, *, agent_name: str, hooks: Sequence[HookConfigBase], read_only: bool = False) -> None:
+        built = build(list(hooks))  # fresh instances: the served chains' cached hooks are never touched
+        self.stand_ins = {hook.name: _Recorded(hook) for hook in built if hook.calls_out}
+        self.chain = [self.stand_ins.get(hook.name, hook) for hook in built]
+        self.agent_name, self.read_only = agent_name, read_only
+
+    def run(self, calls: Iterable[ToolCall]) -> Iterator[tuple[ToolCall, ChainOutcome]]:
+        with hook_state.replaying():  # each run counts its own windows from nothing
+            for call in calls:
+                for stand_in in self.stand_ins.values():
+                    stand_in.answer = next(
+                        (d for d in call.hook_decisions or [] if d.get("hook") == stand_in.name and d.get("kind") == stand_in.kind),
+                        None,
+                    )
+                yield call, run_chain(self.chain, call_context(call, agent_name=self.agent_name, read_only=self.read_only))
+
+    def not_replayed(self) -> dict[str, int]:
+        return {name: s.missing for name, s in self.stand_ins.items() if s.missing}
 
 
 def call_context(call: ToolCall, *, agent_name: str, read_only: bool) -> HookContext:
@@ -197,21 +201,14 @@ def config_simulate(*, config: GatewayConfig, since: dt.datetime, agents: QueryS
     with replay_only():
         for agent_cfg in config.agents:
             agent = visible.filter(name=agent_cfg.name).first()
-            calls = list(recorded_calls(agent=agent, since=since)) if agent is not None else []
-            if not calls:
-                report.without_calls.append(agent_cfg.name)
-                continue
-            report.agents.append(agent_cfg.name)
-            decided, missing = replay(
-                agent_name=agent_cfg.name, hooks=agent_cfg.hooks, calls=calls, read_only=agent_cfg.read_only
-            )
-            for name, count in missing.items():
-                report.not_replayed[f"{agent_cfg.name}/{name}"] = count
-            for call, outcome in decided:
+            replaying = Replay(agent_name=agent_cfg.name, hooks=agent_cfg.hooks, read_only=agent_cfg.read_only)
+            calls = recorded_calls(agent=agent, since=since).iterator(chunk_size=2000) if agent is not None else ()
+            replayed = 0
+            for call, outcome in replaying.run(calls):
+                replayed += 1
                 old, new = recorded_outcome(call), new_outcome(outcome)
                 counts = per_tool[call.tool_name]
                 counts["replayed"] += 1
-                report.replayed += 1
                 if old != new:
                     counts["changed"] += 1
                     counts[f"{old} → {new}"] += 1
@@ -221,6 +218,13 @@ def config_simulate(*, config: GatewayConfig, since: dt.datetime, agents: QueryS
                             old=old, new=new, reason=outcome.reason, decided_by=outcome.decided_by,
                         )  # fmt: skip
                     )
+            if not replayed:
+                report.without_calls.append(agent_cfg.name)
+                continue
+            report.agents.append(agent_cfg.name)
+            report.replayed += replayed
+            for name, count in replaying.not_replayed().items():
+                report.not_replayed[f"{agent_cfg.name}/{name}"] = count
     report.per_tool = {
         tool: {"replayed": c["replayed"], "changed": c["changed"], **{k: c[k] for k in sorted(c) if "→" in k}}
         for tool, c in sorted(per_tool.items())

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from approvals.audit import decision_verifies
 from approvals.models import Agent, ConfirmationRequest
-from approvals.services.simulation import call_context, new_outcome, recorded_calls, replay, replay_only
+from approvals.services.simulation import Replay, call_context, new_outcome, recorded_calls, replay_only
 from approvals.types import RequestKind, Status
 from gateway_utils.configfile import ConfigError
 from hooks.builtin.policy import pattern_specificity
@@ -361,7 +361,7 @@ def _stored(hooks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _outcomes(agent: Agent, hooks: list[dict[str, Any]], calls: list[Any]) -> dict[Any, tuple[str, str]]:
     """{call id: (allow|ask|deny, the deciding hook)} under `hooks`."""
     configs = validate_agent_hooks(hooks, check_outbound=False)
-    decided, _ = replay(agent_name=agent.name, hooks=configs, calls=calls, read_only=agent.read_only)
+    decided = Replay(agent_name=agent.name, hooks=configs, read_only=agent.read_only).run(calls)
     return {call.pk: (new_outcome(outcome), outcome.decided_by) for call, outcome in decided}
 
 
