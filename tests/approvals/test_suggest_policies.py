@@ -113,3 +113,31 @@ def test_the_command_runs_writes_nothing_and_says_so_when_nothing_qualifies(hist
     assert row_counts() == counts
     with pytest.raises(CommandError, match="no agent named 'nobody'"):
         call_command("suggest_policies", "--agent", "nobody")
+
+
+@pytest.mark.parametrize(
+    ("args", "holds"),
+    [
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 2.5, "flag": True, "many": "s3", "obj": {"a": 1}}, True),
+        ({'we"ird\\key': "other", "ünï": 2.5, "flag": True, "many": "s3", "obj": {"a": 1}}, False),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 3, "flag": True, "many": "s3", "obj": {"a": 1}}, False),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": "2", "flag": True, "many": "s3", "obj": {"a": 1}}, False),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 1, "flag": False, "many": "s3", "obj": {"a": 1}}, False),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 1, "flag": True, "many": "anything", "obj": {"b": 2}}, True),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 1, "flag": True, "many": 7, "obj": {"a": 1}}, False),
+        ({'we"ird\\key': 'it\'s "quoted"\n', "ünï": 1, "flag": True, "many": "s3", "obj": [1]}, False),
+        ({"ünï": 1, "flag": True, "many": "s3", "obj": {"a": 1}}, False),
+    ],
+)
+def test_a_learned_when_holds_only_within_what_was_approved_and_never_errs(args, holds):
+    """Any key, any string, compiled by the validator of `when`; another type or shape is false, not an error
+    (an error in a policy's rule would deny the call)."""
+    from approvals.services.suggestions import pattern_when
+    from hooks.cel import compile_expression, evaluate
+
+    approved = [
+        {'we"ird\\key': 'it\'s "quoted"\n', "ünï": value, "flag": True, "many": f"s{value}", "obj": {"a": value}}
+        for value in (1, 2.5, 1.5, 1.25, 2.25, 2)  # six distinct strings in `many`: more than five, any string
+    ]
+    when = pattern_when(tuple(sorted(approved[0])), approved, masked=set())
+    assert evaluate(compile_expression(when), {"args": args}) is holds
