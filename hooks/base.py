@@ -209,6 +209,10 @@ class Hook:
     kind: ClassVar[str]
     events: ClassVar[tuple[str, ...]]
     config_model: ClassVar[type[BaseModel]]
+    # True for a kind that reaches outside the gateway to decide (a program, a service): a replay of
+    # recorded calls (docs/policies.md, "Trying a config on the past") does not call it, and takes
+    # instead what the hook of its name answered when the call was recorded.
+    calls_out: ClassVar[bool] = False
 
     def __init__(self, config: BaseModel):
         self.config = config

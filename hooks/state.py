@@ -10,15 +10,20 @@ several server processes and workers share counters and markers safely.
   looks without counting);
 - the session context: what outer levels (session start, the current turn)
   said about a session, which every inner level's hooks see (`session_values`);
-- `purge_expired`: beat drops state whose expiry passed long ago.
+- `purge_expired`: beat drops state whose expiry passed long ago;
+- `replaying`: a replay of recorded calls (docs/policies.md, "Trying a config on the past") keeps
+  the counted windows in memory, at each call's own time, and may write nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -34,6 +39,37 @@ _UNREAD = object()
 _MAX_FIELD = 200  # HookState.scope and .key
 # Expired state is kept this long before beat deletes it (a new call simply starts anew).
 PURGE_GRACE = dt.timedelta(hours=1)
+
+
+# --------------------------------------------------------------------------- replaying
+
+
+class ReplayWrite(RuntimeError):
+    """A hook tried to write the hooks' store while recorded calls are replayed: a replay writes nothing."""
+
+
+# While recorded calls are replayed: the counted windows, {(agent, scope, key): [counter, window end]}.
+_replay_windows: contextvars.ContextVar[dict[tuple[str, str, str], list[Any]] | None] = contextvars.ContextVar(
+    "hooks_state_replay", default=None
+)
+
+
+@contextlib.contextmanager
+def replaying() -> Iterator[None]:
+    """Within the block the store is the replay's own: `take_in_window` and `window_full` count in
+    memory (a rate limit replays over the calls in the order they are given, each at its `now`), and
+    every other write refuses (`ReplayWrite`, which the chain treats as the hook's error). Reads of
+    values and of the session context read the database as it is."""
+    token = _replay_windows.set({})
+    try:
+        yield
+    finally:
+        _replay_windows.reset(token)
+
+
+def _refuse_in_replay(what: str) -> None:
+    if _replay_windows.get() is not None:
+        raise ReplayWrite(f"{what} would write the hooks' store; a replay writes nothing")
 
 
 def field(*parts: str) -> str:
@@ -61,6 +97,7 @@ def get(*, agent: str, scope: str, key: str, now: dt.datetime | None = None) -> 
 
 def put(*, agent: str, scope: str, key: str, value: Any, expires_at: dt.datetime | None = None) -> None:
     """Store a value (replacing any), optionally until `expires_at`."""
+    _refuse_in_replay("put")
     HookState.objects.update_or_create(
         agent=agent, scope=scope, key=key, defaults={"value": value, "expires_at": expires_at}
     )
@@ -68,6 +105,7 @@ def put(*, agent: str, scope: str, key: str, value: Any, expires_at: dt.datetime
 
 def swap(*, agent: str, scope: str, key: str, value: Any) -> bool:
     """Store `value` unless it is what is stored already. True if it changed."""
+    _refuse_in_replay("swap")
     with transaction.atomic():
         state, created = HookState.objects.select_for_update().get_or_create(
             agent=agent, scope=scope, key=key, defaults={"value": value}
@@ -85,6 +123,7 @@ def swap(*, agent: str, scope: str, key: str, value: Any) -> bool:
 
 def claim(*, agent: str, scope: str, key: str) -> bool:
     """Insert a marker if there is none. True for the one caller that inserted it."""
+    _refuse_in_replay("claim")
     try:
         with transaction.atomic():
             HookState.objects.create(agent=agent, scope=scope, key=key)
@@ -95,6 +134,7 @@ def claim(*, agent: str, scope: str, key: str) -> bool:
 
 def release(*, agent: str, scope: str, key: str) -> None:
     """Remove a marker (a claim whose work failed)."""
+    _refuse_in_replay("release")
     HookState.objects.filter(agent=agent, scope=scope, key=key).delete()
 
 
@@ -112,6 +152,7 @@ def count(*, agent: str, scope: str, key: str, limit: int, once_per: str = "") -
     `once_per` (e.g. a turn id) makes a repeat harmless: a second count for the
     same value is answered as counted without counting again.
     """
+    _refuse_in_replay("count")
     rows = HookState.objects.filter(agent=agent, scope=scope, key=key)
     try:
         with transaction.atomic():
@@ -141,6 +182,9 @@ def take_in_window(
     has ended restarts at 1 in the same statement; its row's `expires_at` is
     the window's end.
     """
+    windows = _replay_windows.get()
+    if windows is not None:
+        return _take_in_memory(windows, (agent, scope, key), limit=limit, window_seconds=window_seconds, now=now)
     q = connection.ops.quote_name
     table = q(HookState._meta.db_table)
     adapt = connection.ops.adapt_datetimefield_value
@@ -170,13 +214,36 @@ def take_in_window(
 def window_full(*, agent: str, scope: str, key: str, limit: int, now: dt.datetime) -> dt.datetime | None:
     """Whether a call would be refused by `take_in_window` now, without counting one: when the full
     window ends, or None if it has room (or has ended). One read."""
-    row = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("counter", "expires_at").first()
+    windows = _replay_windows.get()
+    if windows is not None:
+        row = windows.get((agent, scope, key))
+    else:
+        row = HookState.objects.filter(agent=agent, scope=scope, key=key).values_list("counter", "expires_at").first()
     if row is None:
         return None
     counter, ends = row
     if ends is None or ends <= now or counter < limit:
         return None
     return ends
+
+
+def _take_in_memory(
+    windows: dict[tuple[str, str, str], list[Any]],
+    where: tuple[str, str, str],
+    *,
+    limit: int,
+    window_seconds: int,
+    now: dt.datetime,
+) -> dt.datetime | None:
+    """`take_in_window` over the replay's own windows: the same fixed windows, counted in memory."""
+    window = windows.get(where)
+    if window is None or window[1] <= now:
+        windows[where] = [1, now + dt.timedelta(seconds=window_seconds)]
+        return None
+    if window[0] < limit:
+        window[0] += 1
+        return None
+    return window[1]
 
 
 # --------------------------------------------------------------------------- the session context
@@ -223,6 +290,7 @@ def session_unchanged(*, agent: str, session_id: str, stored: Any) -> tuple[str,
 def session_remember(*, agent: str, session_id: str, values: dict[str, Any]) -> dict[str, Any]:
     """Merge `values` into the session's context; returns the context now stored. A change is
     announced (`gateway_utils.realtime`) so that server processes caching the context drop it."""
+    _refuse_in_replay("session_remember")
     with transaction.atomic():
         state, created = HookState.objects.select_for_update().get_or_create(
             agent=agent, scope=session_scope(session_id), key=SESSION_CONTEXT_KEY, defaults={"value": {}}

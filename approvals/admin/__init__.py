@@ -13,6 +13,7 @@ registers its ModelAdmins, one module per family of records:
     scoping     TeamScoped: a team's staff administer only their team (docs/approving.md, "Teams")
     requests    confirmation requests and their events, approver responses, outbox
     tool_calls  tool calls (and their export) and grants
+    learning    the policies people always approved, and a draft config tried on the past (tool calls' pages)
     agents      agents, the hook list's editor and its config versions, API keys
     teams       teams and their channels
     people      the people directory: people, identities, groups, stand-ins

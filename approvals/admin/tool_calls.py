@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 
 from approvals import exports, services
+from approvals.admin.learning import preview_view, suggestions_view
 from approvals.admin.base import (
     ActionsOnlyAdmin,
     ReadOnlyAdmin,
@@ -52,7 +53,14 @@ class ToolCallAdmin(TeamScoped, ReadOnlyAdmin):
 
     def get_urls(self):
         export = self.admin_site.admin_view(self.export_view)
-        return [path("export/", export, name="approvals_toolcall_export"), *super().get_urls()]
+        suggestions = self.admin_site.admin_view(lambda request: suggestions_view(self, request))
+        preview = self.admin_site.admin_view(lambda request: preview_view(self, request))
+        return [
+            path("export/", export, name="approvals_toolcall_export"),
+            path("suggestions/", suggestions, name="approvals_toolcall_suggestions"),
+            path("preview/", preview, name="approvals_toolcall_preview"),
+            *super().get_urls(),
+        ]
 
     def export_view(self, request: HttpRequest) -> StreamingHttpResponse:
         """The list as filtered (filters, search, dates), streamed as `export_audit` writes it (docs/audit.md)."""

@@ -1,9 +1,10 @@
-"""Argument types shared by the audit commands (`verify_audit`, `export_audit`)."""
+"""Argument types shared by the commands (`verify_audit`, `export_audit`, `simulate_config`, `suggest_policies`)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 
 from django.core.management.base import CommandError
 from django.utils import timezone
@@ -21,6 +22,21 @@ def since_option(raw: str) -> dt.datetime:
             raise argparse.ArgumentTypeError(f"not an ISO 8601 date or date-time: {raw!r}")
         value = dt.datetime.combine(day, dt.time())
     return value if timezone.is_aware(value) else value.replace(tzinfo=dt.timezone.utc)
+
+
+_AGO = re.compile(r"(\d+)([dhm])")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def ago_or_since_option(raw: str) -> dt.datetime:
+    """`7d`, `12h`, `30m` (that long ago), or what `since_option` reads."""
+    match = _AGO.fullmatch(raw.strip())
+    if match is None:
+        try:
+            return since_option(raw)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"not a duration (7d, 12h, 30m) nor an ISO 8601 date: {raw!r}") from None
+    return timezone.now() - dt.timedelta(**{_UNITS[match[2]]: int(match[1])})
 
 
 def agent_by_name(name: str | None) -> Agent | None:

@@ -16,6 +16,8 @@
 - `audit_retention`: the chain's heads recorded outside the database, and the purge.
 - `people`: chat identities linked to people (by e-mail through the vendors, by a one-time link).
 - `grants`: "approve for a scope" — grants made with an approval, used on the ask path, revoked.
+- `simulation`: a draft config tried on the recorded calls, changing nothing (`config_simulate`);
+- `suggestions`: what people always approved, offered as hooks to adopt (`policies_suggest`);
 - `sign_in`: who someone signing in through the organisation's identity provider is (a user, their groups);
   an admin's link of a subject to a user.
 
@@ -52,6 +54,8 @@ from approvals.services.people import (
 )
 from approvals.services.questions import question_create
 from approvals.services.records import event_record, outbox_add
+from approvals.services.simulation import config_simulate
+from approvals.services.suggestions import policies_suggest
 from approvals.services.sign_in import identity_provider_link_create, user_from_identity_provider
 from approvals.services.timers import (
     confirmation_escalate,
@@ -73,6 +77,7 @@ __all__ = [
     "audit_checkpoint",
     "audit_purge",
     "config_apply",
+    "config_simulate",
     "question_create",
     "confirmation_cancel",
     "confirmation_cancel_by_staff",
@@ -99,6 +104,7 @@ __all__ = [
     "person_link_by_email",
     "person_link_offer",
     "person_link_redeem",
+    "policies_suggest",
     "stand_in_end",
     "stand_in_name",
     "stand_in_team_problem",

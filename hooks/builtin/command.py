@@ -34,6 +34,7 @@ class CommandHook(Hook):
     events = CommandConfig.EVENTS
     config_model = CommandConfig
     config: CommandConfig
+    calls_out = True
 
     def run(self, ctx: HookContext) -> HookResult:
         timeout = self.config.timeout_ms / 1000

@@ -64,6 +64,7 @@ class WebhookHook(Hook):
     events = WebhookConfig.EVENTS
     config_model = WebhookConfig
     config: WebhookConfig
+    calls_out = True
 
     def run(self, ctx: HookContext) -> HookResult:
         c = self.config
