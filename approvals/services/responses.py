@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -34,6 +35,7 @@ from approvals.services.grants import grant_create
 from approvals.services.records import changes_notify, event_record, redraw_add, response_add
 from gateway_contract import Callback, DecisionOutcome
 from gateway_contract.answers import answer_from_inputs, answer_problem, answer_text
+from gateway_utils import metrics
 from hooks.base import grant_label
 
 UNVERIFIED_CLICK = (
@@ -179,6 +181,7 @@ def click_apply(
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
     audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
+    _count_answer(confirmation, response)
     if behalf:
         who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
         name_on_behalf = f"{name} on behalf of {behalf['name']}"
@@ -261,6 +264,19 @@ def click_apply(
         locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _count_answer(confirmation: ConfirmationRequest, response: ApproverResponse) -> None:
+    """At commit, the answer's time from its card to it, by tool (`gateway_time_to_decide_seconds`,
+    `gateway_fast_decisions`): the same start the oversight page takes (docs/web-and-admin.md, "Oversight")."""
+    answered = response.created_at or timezone.now()
+    shown = selectors.card_shown_at(confirmation_id=confirmation.pk, created_at=confirmation.created_at, before=answered)
+    seconds = (answered - shown).total_seconds()
+    tool, channel, decision = confirmation.tool_name, response.channel, response.decision
+    fast = settings.GATEWAY_OVERSIGHT_FAST_SECONDS
+    transaction.on_commit(
+        lambda: metrics.approver_answered(tool=tool, channel=channel, decision=decision, seconds=seconds, fast_seconds=fast)
+    )
 
 
 def _approvals_counted(confirmation: ConfirmationRequest) -> int:
