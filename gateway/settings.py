@@ -128,8 +128,8 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The project's own overrides (the admin's sign-in page); each app's templates are in its
-        # `templates/` folder (APP_DIRS), so the installed wheel has them all.
+        # The project's own overrides (the admin's sign-in page, its index linking the oversight page); each
+        # app's templates are in its `templates/` folder (APP_DIRS), so the installed wheel has them all.
         "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {

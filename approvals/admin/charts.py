@@ -58,16 +58,16 @@ def line_chart(
     x = _x_of_point(len(days))
     drawn = []
     for line in series:
-        points = [(x(i), _y(v, top), days[i], v) for i, v in enumerate(line.values) if v is not None]
+        points = [(_n(x(i)), _n(_y(v, top)), days[i], v) for i, v in enumerate(line.values) if v is not None]
         segments = _segments(line.values)
         polylines = format_html_join(
             "",
             '<polyline class="line {}" points="{}"/>',
-            ((line.css, " ".join(f"{x(i):.1f},{_y(line.values[i], top):.1f}" for i in run)) for run in segments if len(run) > 1),
+            ((line.css, " ".join(f"{_n(x(i))},{_n(_y(line.values[i], top))}" for i in run)) for run in segments if len(run) > 1),
         )
         circles = format_html_join(
             "",
-            '<circle class="point {}" cx="{:.1f}" cy="{:.1f}" r="3"><title>{} {}: {}</title></circle>',
+            '<circle class="point {}" cx="{}" cy="{}" r="3"><title>{} {}: {}</title></circle>',
             ((line.css, px, py, line.name, day, text(value)) for px, py, day, value in points),
         )
         drawn.append(format_html('<g class="series {}">{}{}</g>', line.css, polylines, circles))
@@ -84,9 +84,10 @@ def bar_chart(*, title: str, days: Sequence[str], values: Sequence[int], css: st
     width = max(1.0, band * 0.7)
     bars = format_html_join(
         "",
-        '<rect class="bar {}" x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}"><title>{} {}: {}</title></rect>',
+        '<rect class="bar {}" x="{}" y="{}" width="{}" height="{}"><title>{} {}: {}</title></rect>',
         (
-            (css, LEFT + band * i + (band - width) / 2, _y(v, top), width, TOP + PLOT_HEIGHT - _y(v, top), name, days[i], v)
+            (css, _n(LEFT + band * i + (band - width) / 2), _n(_y(v, top)), _n(width), _n(TOP + PLOT_HEIGHT - _y(v, top)),
+             name, days[i], v)
             for i, v in enumerate(values)
             if v > 0
         ),
@@ -113,15 +114,15 @@ def _frame(
     """The chart's frame: its title, the axes, the value axis's top and middle, a few days below."""
     ticks = format_html_join(
         "",
-        '<line class="grid" x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}"/>'
-        '<text class="tick" x="{}" y="{:.1f}" text-anchor="end">{}</text>',
-        ((LEFT, _y(v, top), WIDTH - RIGHT, _y(v, top), LEFT - 6, _y(v, top) + 4, text(v)) for v in (0, top / 2, top)),
+        '<line class="grid" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
+        ((LEFT, _n(_y(v, top)), WIDTH - RIGHT, _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), text(v)) for v in (0, top / 2, top)),
     )
     shown = sorted({0, len(days) // 2, len(days) - 1}) if days else []
     day_labels = format_html_join(
         "",
-        '<text class="tick" x="{:.1f}" y="{}" text-anchor="middle">{}</text>',
-        ((x(i), HEIGHT - 8, days[i]) for i in shown),
+        '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+        ((_n(x(i)), HEIGHT - 8, days[i]) for i in shown),
     )
     return format_html(
         '<figure class="chart"><figcaption>{} {}</figcaption>'
@@ -129,6 +130,11 @@ def _frame(
         "{}{}{}</svg></figure>",
         title, legend, WIDTH, HEIGHT, title, ticks, day_labels, body,
     )  # fmt: skip
+
+
+def _n(value: float) -> str:
+    """A coordinate as written in the SVG (format_html escapes its arguments to text before formatting)."""
+    return f"{value:.1f}"
 
 
 def _x_of_point(count: int) -> Callable[[int], float]:

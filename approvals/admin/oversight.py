@@ -35,8 +35,7 @@ def oversight_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
-        "title": "Oversight",
-        "subtitle": f"the last {figures.days} days",
+        "title": f"Oversight: the last {figures.days} days",
         "oversight": figures,
         "windows": [(days, days == figures.days) for days in WINDOWS],
         "summary": _row("All approvers", "", figures.total),
