@@ -40,7 +40,7 @@ def oversight_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "windows": [(days, days == figures.days) for days in WINDOWS],
         "summary": _row("All approvers", "", figures.total),
         "charts": _charts(figures),
-        "approvers": [_row(line.label, line.key, line.figures) for line in figures.approvers],
+        "approvers": [_row(line.label, ", ".join(line.identities) or line.key, line.figures) for line in figures.approvers],
         "tools": [_row(line.label, "", line.figures) for line in figures.tools],
     }
     return TemplateResponse(request, TEMPLATE, context)

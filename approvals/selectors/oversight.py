@@ -80,11 +80,13 @@ class Figures:
 
 @dataclass(frozen=True)
 class Line:
-    """One row of figures: `key` is the day (ISO date), the person key or the tool; `label` what to read."""
+    """One row of figures: `key` is the day (ISO date), the person key or the tool; `label` what to read;
+    for an approver, `identities`: those they answered under (`web:alice`, `slack:U0ALICE`)."""
 
     key: str
     label: str
     figures: Figures
+    identities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,11 +161,15 @@ def oversight_figures(*, user: Any, days: int = DEFAULT_WINDOW, fast_seconds: in
     by_person = _grouped(answers, F("person"), fast_seconds=fast_seconds)
     expired_by_person = _expired_by_person(expired)
     names = _names(answers, set(by_person) | set(expired_by_person))
+    identities: dict[str, set[str]] = defaultdict(set)
+    for person, identity in answers.values_list("person", "approver").distinct():
+        identities[person].add(identity)
     approvers = [
         Line(
             key=key,
             label=names.get(key, key),
             figures=_with_expired(by_person.get(key, Figures()), expired_by_person.get(key, 0)),
+            identities=tuple(sorted(identities.get(key, ()))),
         )
         for key in set(by_person) | set(expired_by_person)
     ]

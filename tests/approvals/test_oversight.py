@@ -196,6 +196,7 @@ def test_the_oversight_page_draws_the_answers_and_expiries_and_metrics_count_the
     approvers = table(text, "oversight-approvers")
     # alice: her two answers, their percentiles as PostgreSQL computed them and as read here
     two = [seconds[older], seconds[rejected]]
+    assert (approvers["alice"][0], approvers["bob"][0], approvers[XSS_NAME][0]) == ("web:alice", "web:bob", "web:dave")
     assert approvers["alice"][1:] == [
         "2", seconds_text(percentile(two, 0.5)), seconds_text(percentile(two, 0.9)), "50%", "0", "0%", "1"]  # fmt: skip
     assert approvers["bob"][1:] == ["1", seconds_text(seconds[quick]), seconds_text(seconds[quick]), "100%", "1", "100%", "1"]
