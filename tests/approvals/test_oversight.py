@@ -24,6 +24,7 @@ from django.utils import timezone
 from approvals.admin.charts import percent_text, seconds_text
 from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, EventKind, Person, Team
 from approvals.selectors.oversight import percentile
+from tests.channels_ext.slack.test_end_to_end import ALICE, TOOL, click, posted_card, slack_agent  # noqa: F401 (a fixture)
 from tests.conftest import apply_config, make_agent_client
 from tests.gateway.test_metrics import TOKEN, scrape
 from tests.support import SignedIn, rewrite_request
@@ -255,3 +256,39 @@ def test_the_python_percentile_interpolates_as_postgresqls_percentile_cont(trans
                 )
                 assert percentile(values, fraction) == pytest.approx(cursor.fetchone()[0])
     assert percentile([], 0.5) is None
+
+
+def test_a_chat_answer_is_timed_from_when_its_card_was_posted_not_from_the_request(
+    slack_agent, fake_slack, live_gateway, settings
+):
+    """A Slack card is posted by a worker, later than the request was made: an answer 12 s after the card
+    of a request made 57 s before is a 12-second answer (fast under a 30 s threshold), on the page and
+    in the metrics alike."""
+    settings.GATEWAY_METRICS_TOKEN = TOKEN
+    settings.GATEWAY_OVERSIGHT_FAST_SECONDS = 30
+    before = scrape(live_gateway)
+    confirmation_id = ask(slack_agent, TOOL)
+    card = posted_card(fake_slack)
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(created_at=F("created_at") - dt.timedelta(seconds=57))
+    ConfirmationEvent.objects.filter(confirmation_id=confirmation_id, kind=EventKind.CARD_POSTED).update(
+        created_at=F("created_at") - dt.timedelta(seconds=12)
+    )
+    assert click(live_gateway, fake_slack, card, ALICE, "approve").status_code == 200
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
+    answered = waited(confirmation_id)
+    assert 12 <= answered < 20
+
+    after = scrape(live_gateway)
+    labels = {"tool": TOOL, "channel": "ops-slack"}
+    assert after.value("gateway_time_to_decide_seconds_count", **labels, decision="approve") - before.value(
+        "gateway_time_to_decide_seconds_count", **labels, decision="approve") == 1  # fmt: skip
+    in_30s = after.value("gateway_time_to_decide_seconds_bucket", **labels, decision="approve", le="30.0")
+    assert in_30s - before.value("gateway_time_to_decide_seconds_bucket", **labels, decision="approve", le="30.0") == 1
+    fast = after.value("gateway_fast_decisions_total", **labels) - before.value("gateway_fast_decisions_total", **labels)
+    assert fast == 1
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    User.objects.create_superuser("root", "root@example.com", PASSWORD)
+    page = SignedIn(live_gateway.url, "root", PASSWORD).get(PAGE).text
+    row = table(page, "oversight-approvers")["alice"]
+    assert row[:3] == ["slack:U0ALICE", "1", seconds_text(answered)] and row[5:7] == ["1", "100%"]
