@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,6 +35,7 @@ from tests.support import SignedIn, rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
 PAGE = "/admin/approvals/confirmationrequest/oversight/"
 XSS_TOOL = 'lab__<script>alert("tool")</script>'
@@ -292,3 +297,25 @@ def test_a_chat_answer_is_timed_from_when_its_card_was_posted_not_from_the_reque
     page = SignedIn(live_gateway.url, "root", PASSWORD).get(PAGE).text
     row = table(page, "oversight-approvers")["alice"]
     assert row[:3] == ["slack:U0ALICE", "1", seconds_text(answered)] and row[5:7] == ["1", "100%"]
+
+
+def test_an_agent_inventing_tool_names_cannot_grow_the_series_past_the_bound():
+    """In a process of its own (the bound is per process): 150 invented tools are 100 labels and `other`."""
+    script = """
+from prometheus_client.parser import text_string_to_metric_families
+from gateway_utils import metrics
+for n in range(150):
+    metrics.approver_answered(tool=f"made_up_{n}", channel="web", decision="approve", seconds=1.0, fast_seconds=3)
+    metrics.expired_unanswered(tool=f"made_up_{n}", channel="web")
+families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+for name in ("gateway_fast_decisions", "gateway_expired_unanswered"):
+    tools = {s.labels["tool"]: s.value for s in families[name].samples if s.name.endswith("_total")}
+    print(name, len(tools), tools["other"], tools["made_up_0"], "made_up_120" in tools)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split("\n")[:2] == [
+        "gateway_fast_decisions 101 50.0 1.0 False",
+        "gateway_expired_unanswered 101 50.0 1.0 False",
+    ]
