@@ -31,6 +31,8 @@ def seconds_text(seconds: float | None) -> str:
     """A duration as people read it: "0.8 s", "42 s", "3.5 min", "2.0 h"."""
     if seconds is None:
         return "—"
+    if seconds == 0:
+        return "0 s"
     if seconds < 10:
         return f"{seconds:.1f} s"
     if seconds < 120:
@@ -111,18 +113,21 @@ def _frame(
     body: SafeString,
     legend: SafeString,
 ) -> SafeString:
-    """The chart's frame: its title, the axes, the value axis's top and middle, a few days below."""
+    """The chart's frame: its title, the axes, the value axis's top and middle (unless a count's middle
+    is a fraction), a few days below: the first, the middle one, the last."""
+    levels = [0.0, top / 2, top] if text is not count_text or top % 2 == 0 else [0.0, top]
     ticks = format_html_join(
         "",
         '<line class="grid" x1="{}" y1="{}" x2="{}" y2="{}"/>'
         '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
-        ((LEFT, _n(_y(v, top)), WIDTH - RIGHT, _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), text(v)) for v in (0, top / 2, top)),
+        ((LEFT, _n(_y(v, top)), WIDTH - RIGHT, _n(_y(v, top)), LEFT - 6, _n(_y(v, top) + 4), text(v)) for v in levels),
     )
     shown = sorted({0, len(days) // 2, len(days) - 1}) if days else []
+    anchor = {0: "start", len(days) - 1: "end"}
     day_labels = format_html_join(
         "",
-        '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
-        ((_n(x(i)), HEIGHT - 8, days[i]) for i in shown),
+        '<text class="tick" x="{}" y="{}" text-anchor="{}">{}</text>',
+        ((_n(x(i)), HEIGHT - 8, anchor.get(i, "middle"), days[i]) for i in shown),
     )
     return format_html(
         '<figure class="chart"><figcaption>{} {}</figcaption>'
