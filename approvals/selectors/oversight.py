@@ -136,7 +136,7 @@ def oversight_figures(*, user: Any, days: int = DEFAULT_WINDOW, fast_seconds: in
     tz = timezone.get_current_timezone()
     first_day = timezone.localtime(now, tz).date() - dt.timedelta(days=days - 1)
     since = dt.datetime.combine(first_day, dt.time.min, tzinfo=tz)
-    answers = _answers(user=user, since=since, fast_seconds=fast_seconds)
+    answers = _answers(user=user, since=since)
     expired = of_teams(
         ConfirmationRequest.objects.filter(status=Status.EXPIRED, decided_at__gte=since), user, path="agent__team"
     )
@@ -189,7 +189,7 @@ def oversight_figures(*, user: Any, days: int = DEFAULT_WINDOW, fast_seconds: in
 # --------------------------------------------------------------------------- reads
 
 
-def _answers(*, user: Any, since: dt.datetime, fast_seconds: int) -> QuerySet:
+def _answers(*, user: Any, since: dt.datetime) -> QuerySet:
     """The answers given since `since` to requests of `user`'s teams, each with `wait`: its time to decide."""
     first_card = (
         ConfirmationEvent.objects.filter(
@@ -249,24 +249,36 @@ def _with_expired(figures: Figures, expired: int) -> Figures:
 
 def _expired_by_person(expired: QuerySet) -> dict[str, int]:
     """How many expired requests each person was an approver of: the people a gate named (`group:`,
-    `person:`, as kept on the request) and the channel-native ids it listed, as `person_of` keys them."""
+    `person:`, as kept on the request) and the channel-native ids it listed, as `person_of` keys them —
+    and, for a request escalated before it expired, those of its escalation too."""
     kinds = dict(Channel.objects.values_list("pk", "kind"))
     counted: dict[str, int] = defaultdict(int)
-    rows = expired.values_list("channel_id", "approvers", "approver_people")
+    rows = expired.values_list(
+        "channel_id", "approvers", "approver_people",
+        "escalated_at", "escalate_channel_id", "escalate_approvers", "escalate_approver_people",
+    )  # fmt: skip
     with people_memo():
-        for channel_id, approvers, routed in rows.iterator(chunk_size=2000):
-            people = set((routed or {}).get("people") or {})
-            kind = kinds.get(channel_id, "")
-            for native in approvers or []:
-                if isinstance(native, str) and ":" not in native and kind:
-                    people.add(person_of(f"{kind}:{native}"))
+        for row in rows.iterator(chunk_size=2000):
+            channel_id, approvers, routed, escalated_at, escalated_to, escalated_approvers, escalated_routed = row
+            people = _approvers_of(kinds.get(channel_id, ""), approvers, routed)
+            if escalated_at is not None:
+                people |= _approvers_of(kinds.get(escalated_to, ""), escalated_approvers, escalated_routed)
             for key in people:
                 counted[key] += 1
     return counted
 
 
+def _approvers_of(kind: str, approvers: list[Any] | None, routed: dict[str, Any] | None) -> set[str]:
+    """The person keys of one approver list: the people it routed to, and its channel-native ids."""
+    people = set((routed or {}).get("people") or {})
+    for native in approvers or []:
+        if isinstance(native, str) and ":" not in native and kind:
+            people.add(person_of(f"{kind}:{native}"))
+    return people
+
+
 def _names(answers: QuerySet, keys: Iterable[str]) -> dict[str, str]:
-    """Each person key's name: the directory's for `person:<id>`, else the last name they answered under."""
+    """Each person key's name: the directory's for `person:<id>`, else a name they answered under."""
     names = dict(answers.values("person").annotate(name=Max("approver_name")).values_list("person", "name"))
     directory = [int(key.split(":", 1)[1]) for key in keys if key.startswith("person:") and key.split(":", 1)[1].isdigit()]
     for pk, name in Person.objects.filter(pk__in=directory).values_list("pk", "display_name"):
