@@ -128,8 +128,8 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The project's own overrides (the admin's sign-in page); each app's templates are in its
-        # `templates/` folder (APP_DIRS), so the installed wheel has them all.
+        # The project's own overrides (the admin's sign-in page, its index linking the oversight page); each
+        # app's templates are in its `templates/` folder (APP_DIRS), so the installed wheel has them all.
         "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -258,6 +258,11 @@ if GATEWAY_CACHE_MAX_AGE_SECONDS < 0:
 # The largest request body any route reads: a larger one is refused (413) before it is read (docs/reference/api.md).
 # `/metrics` answers only a scraper sending `Authorization: Bearer <this>`; unset: /metrics is off (404).
 GATEWAY_METRICS_TOKEN = env_str("GATEWAY_METRICS_TOKEN", "") or ""
+# An approver's answer sooner than this after the card was shown was given faster than the card can be
+# read: counted as "fast" on the oversight page and in gateway_fast_decisions (docs/web-and-admin.md, "Oversight").
+GATEWAY_OVERSIGHT_FAST_SECONDS = env_int("GATEWAY_OVERSIGHT_FAST_SECONDS", 3)
+if GATEWAY_OVERSIGHT_FAST_SECONDS < 0:
+    raise ImproperlyConfigured(f"GATEWAY_OVERSIGHT_FAST_SECONDS must be 0 or more, got {GATEWAY_OVERSIGHT_FAST_SECONDS}")
 
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
 if GATEWAY_MAX_BODY_BYTES < 1024:

@@ -18,6 +18,7 @@ many processes there are, and after a restart.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -39,6 +40,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Seconds a person takes: from a few seconds to a day.
 HUMAN_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+# Seconds an approver takes to answer: fine below 10 s, where a card cannot have been read
+# (GATEWAY_OVERSIGHT_FAST_SECONDS, 3 by default, is counted exactly by `gateway_fast_decisions`).
+ANSWER_BUCKETS = (1, 2, 3, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
+# Tool names come from the agents' calls: the first this many distinct ones a process sees are labels,
+# any later one is counted as "other", so an agent inventing names cannot grow the series without end.
+MAX_TOOL_LABELS = 100
 # Seconds from a decision's commit to its agent's wake-up: milliseconds, a poll period at worst.
 WAKE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -58,6 +65,24 @@ DECISION_SECONDS = Histogram(
     "(approved, rejected, expired, cancelled).",
     ["channel", "outcome"],
     buckets=HUMAN_BUCKETS,
+)
+TIME_TO_DECIDE = Histogram(
+    "gateway_time_to_decide_seconds",
+    "An approver's answer: seconds from the request's card being shown (posted; else the request's "
+    "creation) to the answer, by tool, channel and decision (approve, reject, answer).",
+    ["tool", "channel", "decision"],
+    buckets=ANSWER_BUCKETS,
+)
+FAST_DECISIONS = Counter(
+    "gateway_fast_decisions",
+    "Approvers' answers given sooner after the card was shown than GATEWAY_OVERSIGHT_FAST_SECONDS "
+    "(faster than it can be read), by tool and channel.",
+    ["tool", "channel"],
+)
+EXPIRED_UNANSWERED = Counter(
+    "gateway_expired_unanswered",
+    "Requests that reached their deadline with nobody deciding, by tool and channel.",
+    ["tool", "channel"],
 )
 WAKE_SECONDS = Histogram(
     "gateway_agent_wake_seconds",
@@ -144,6 +169,33 @@ def request_created(*, channel: str, kind: str, risk: str) -> None:
 
 def decided(*, channel: str, outcome: str, seconds: float) -> None:
     DECISION_SECONDS.labels(channel or "none", outcome).observe(max(0.0, seconds))
+
+
+_tools_named: set[str] = set()
+_tools_lock = threading.Lock()
+
+
+def tool_label(tool: str) -> str:
+    """`tool` as a label value: itself while this process has named fewer than MAX_TOOL_LABELS tools, else "other"."""
+    if tool in _tools_named:
+        return tool
+    with _tools_lock:
+        if len(_tools_named) < MAX_TOOL_LABELS:
+            _tools_named.add(tool)
+            return tool
+    return "other"
+
+
+def approver_answered(*, tool: str, channel: str, decision: str, seconds: float, fast_seconds: float) -> None:
+    """An approver's answer, `seconds` after the card was shown; fast if under `fast_seconds`."""
+    label, seconds = tool_label(tool), max(0.0, seconds)
+    TIME_TO_DECIDE.labels(label, channel or "none", decision).observe(seconds)
+    if seconds < fast_seconds:
+        FAST_DECISIONS.labels(label, channel or "none").inc()
+
+
+def expired_unanswered(*, tool: str, channel: str) -> None:
+    EXPIRED_UNANSWERED.labels(tool_label(tool), channel or "none").inc()
 
 
 def agent_woken(*, via: str, decided_at: float | None) -> None:

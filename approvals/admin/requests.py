@@ -15,7 +15,7 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
@@ -30,6 +30,7 @@ from approvals.admin.base import (
     pretty_json,
     search_by_uuid,
 )
+from approvals.admin.oversight import oversight_view
 from approvals.admin.scoping import TeamScoped, TeamsOnlyFilter
 from approvals.models import (
     ApproverResponse,
@@ -117,6 +118,7 @@ class ConfirmationRequestAdmin(TeamScoped, ActionsOnlyAdmin):
     list_per_page = 50
     actions = ("approve_selected", "reject_selected", "cancel_selected")
     inlines = (ApproverResponseInline, GrantInline, ConfirmationEventInline, ToolCallInline, OutboxInline)
+    change_list_template = "admin/approvals/confirmationrequest/change_list.html"
     fieldsets = (
         (None, {"fields": ("id", "status", "agent", "tool_name", "user_id", "session_id", "turn_id",
                            "tool_call_id", "approval_page")}),
@@ -150,6 +152,11 @@ class ConfirmationRequestAdmin(TeamScoped, ActionsOnlyAdmin):
         if search_term.strip():
             results = results | search_by_uuid(queryset, search_term)
         return results, may_have_duplicates
+
+    def get_urls(self):
+        # Before the default routes, whose `<object_id>/` would take "oversight/" for a request's id.
+        oversight = self.admin_site.admin_view(lambda request: oversight_view(self, request))
+        return [path("oversight/", oversight, name="approvals_oversight"), *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         return super().changelist_view(request, {"title": "Confirmation requests", **(extra_context or {})})

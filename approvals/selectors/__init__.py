@@ -11,11 +11,13 @@ package names the public ones.
 - `cards`: what a request's card shows (`card_view`), and the cards posted for it;
 - `tool_calls`: the grants that cover a call or that a person sees, a call's record for audits;
 - `standing`: the people directory as it is at a click (below `people`; models only);
-- `people_teams`: which teams a person or a group belongs to, for the admin (reached as a module).
+- `people_teams`: which teams a person or a group belongs to, for the admin (reached as a module);
+- `oversight`: whether oversight is real — time to decide, approval rate, fast answers, expiries, per day,
+  approver and tool (`oversight_figures`), and when a request's card was shown (`card_shown_at`).
 
 Callers outside `approvals.selectors` use these names (`selectors.card_view(...)`); the modules import each
 other directly, never through this package, in one direction: `cards → people, requests`,
-`tool_calls → requests, teams`, `inbox → teams`, `people → standing`, `people_teams → agents, teams`.
+`tool_calls → requests, teams`, `inbox → teams`, `oversight → people, teams`, `people → standing`, `people_teams → agents, teams`.
 """
 
 from approvals.selectors.agents import agent_hooks, api_key_lookup, key_holder
@@ -46,6 +48,7 @@ from approvals.selectors.inbox import (
     confirmations_decided_by,
     confirmations_pending_for,
 )
+from approvals.selectors.oversight import card_shown_at, oversight_figures
 from approvals.selectors.people import (
     DJANGO_USER_KINDS,
     PEOPLE_PREFIXES,
@@ -108,6 +111,7 @@ __all__ = [
     "approvers_for_channel",
     "batch_of",
     "card_owner",
+    "card_shown_at",
     "card_view",
     "channel_adapter",
     "channel_configs",
@@ -137,6 +141,7 @@ __all__ = [
     "live_grant_for",
     "of_teams",
     "on_behalf_of",
+    "oversight_figures",
     "owner_of",
     "pending_by_channel",
     "people_memo",

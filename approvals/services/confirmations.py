@@ -289,7 +289,7 @@ def confirmation_transition(
         to_status,
         now=now,
         expired_by="click" if to_status == Status.EXPIRED else "",
-        known=[(locked.pk, locked.channel.name, locked.created_at)] if locked is not None else None,
+        known=[(locked.pk, locked.channel.name, locked.created_at, locked.tool_name)] if locked is not None else None,
     )
     confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
     event_record(
@@ -331,19 +331,24 @@ def count_decided(
     *,
     now: dt.datetime,
     expired_by: str = "",
-    known: list[tuple[Any, str, dt.datetime]] | None = None,
+    known: list[tuple[Any, str, dt.datetime, str]] | None = None,
 ) -> None:
     """At commit (a rolled-back decision is no decision): how long each request waited for it, by channel
-    (`gateway_decision_seconds`), and the expiries. `known`: (id, channel name, created at) of each, as
-    the caller read them; else one read per decision, off the allowed path."""
+    (`gateway_decision_seconds`), and the expiries, by tool too (`gateway_expired_unanswered`:
+    docs/web-and-admin.md, "Oversight"). `known`: (id, channel name, created at, tool) of each, as the
+    caller read them; else one read per decision, off the allowed path."""
     waited = known
     if waited is None:
         waited = list(
-            ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list("pk", "channel__name", "created_at")
+            ConfirmationRequest.objects.filter(pk__in=confirmation_ids).values_list(
+                "pk", "channel__name", "created_at", "tool_name"
+            )
         )
 
     def count() -> None:
-        for pk, channel, created_at in waited:
+        for pk, channel, created_at, tool in waited:
+            if outcome == Status.EXPIRED:
+                metrics.expired_unanswered(tool=tool, channel=channel or "")
             seconds = (now - created_at).total_seconds()
             metrics.decided(channel=channel or "", outcome=outcome, seconds=seconds)
             logger.info(

@@ -76,7 +76,7 @@ def confirmations_expire(*, confirmation_ids: list[Any] | None = None, limit: in
         ]  # fmt: skip
         count_decided(
             ids, Status.EXPIRED, now=now, expired_by="sweep" if confirmation_ids is None else "waiter",
-            known=[(r["id"], r["channel__name"], r["created_at"]) for r in signed],
+            known=[(r["id"], r["channel__name"], r["created_at"], r["tool_name"]) for r in signed],
         )  # fmt: skip
         expired = [
             ConfirmationEvent(confirmation_id=pk, kind=EventKind.EXPIRED, actor=SYSTEM_ACTOR, message=EXPIRED_REASON)

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -32,8 +33,9 @@ from approvals.services.edits import Refused, checked_edits, checked_grant, judg
 from approvals.services.expiry import confirmation_expire
 from approvals.services.grants import grant_create
 from approvals.services.records import changes_notify, event_record, redraw_add, response_add
-from gateway_contract import Callback, DecisionOutcome
+from gateway_contract import Callback, DecisionOutcome, draws_itself
 from gateway_contract.answers import answer_from_inputs, answer_problem, answer_text
+from gateway_utils import metrics
 from hooks.base import grant_label
 
 UNVERIFIED_CLICK = (
@@ -179,6 +181,7 @@ def click_apply(
     if not response_add(response):  # one per person (a unique constraint): this one answered already
         return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
     audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
+    _count_answer(confirmation, response)
     if behalf:
         who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
         name_on_behalf = f"{name} on behalf of {behalf['name']}"
@@ -261,6 +264,28 @@ def click_apply(
         locked=confirmation,
     )
     return outcome(True, "recorded", f"Approval recorded ({approvals} of {confirmation.approvals_required}).")
+
+
+def _count_answer(confirmation: ConfirmationRequest, response: ApproverResponse) -> None:
+    """At commit, the answer's time from its card to it, by tool (`gateway_time_to_decide_seconds`,
+    `gateway_fast_decisions`): the start the oversight page takes (docs/web-and-admin.md, "Oversight").
+    A card the gateway draws itself (the web page) was shown as the request was made, in its transaction:
+    no read on the click's path. A chat's card was posted later by a worker: read after the commit."""
+    answered = response.created_at or timezone.now()
+    tool, channel, decision = confirmation.tool_name, response.channel, response.decision
+    read_card = confirmation.escalate_channel_id is not None or not draws_itself(confirmation.channel.kind)
+    created_at, fast = confirmation.created_at, settings.GATEWAY_OVERSIGHT_FAST_SECONDS
+
+    def count() -> None:
+        shown = (
+            selectors.card_shown_at(confirmation_id=confirmation.pk, created_at=created_at, before=answered)
+            if read_card
+            else created_at
+        )
+        seconds = (answered - shown).total_seconds()
+        metrics.approver_answered(tool=tool, channel=channel, decision=decision, seconds=seconds, fast_seconds=fast)
+
+    transaction.on_commit(count, robust=True)  # a failed count never fails the click that committed
 
 
 def _approvals_counted(confirmation: ConfirmationRequest) -> int:
