@@ -16,7 +16,7 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 
 from gateway_contract import CardView
-from channels_ext.cardkit import RISK_ICONS, is_high, risk_word, waiting_line
+from channels_ext.cardkit import RISK_ICONS, is_high, risk_label, risk_word, waiting_line
 
 SUBJECT_LIMIT = 150
 SHORT_LIMIT = 200  # agent, tool, user and session names
@@ -120,7 +120,8 @@ def arguments(args: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _text_block(card: CardView, now: dt.datetime | None) -> list[str]:
     word = risk_word(card.risk)
-    lines = [f"{RISK_ICONS[word]} Risk: {word}" + (" (read the arguments before approving)" if is_high(word) and card.is_pending else "")]
+    warning = " (read the arguments before approving)" if is_high(word) and card.is_pending else ""
+    lines = [f"{risk_label(word)}{warning}"]
     lines += [f"{label}: {text}" for label, text in facts(card, now=now)]
     lines.append("Arguments:")
     lines += [f"  {key} = {value}" for key, value in arguments(card.tool_args)] or ["  (no arguments)"]
