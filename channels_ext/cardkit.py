@@ -1,5 +1,6 @@
 """Small pure helpers the channels' cards and click parsers share: text cut to a vendor's limit, times and
-argument values as text, the value at an argument path, and the edits an approver typed as JSON.
+argument values as text, the value at an argument path, the edits an approver typed as JSON, and how a
+card marks a call's risk.
 
 No I/O and no vendor SDK: each channel's own module decides how its medium shows these (escaping is
 the medium's business, and stays in its cards module).
@@ -22,6 +23,10 @@ STATUS_TITLES = {
     "cancelled": "Cancelled",
 }
 OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
+# How every card marks a call's risk (docs/policies.md, "Risk"): the word, after a marker a reader
+# tells apart at a glance; each medium adds its own colour, and high stands out (bold, red).
+RISK_ICONS = {"low": "🟢", "medium": "🟡", "high": "🔴"}
+_RISK_ORDER = ("low", "medium", "high")
 
 
 def _as_is(text: str) -> str:
@@ -47,6 +52,28 @@ def value_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def risk_word(risk: str) -> str:
+    """A risk as cards show it: low, medium or high. Anything else (which the gateway never stores)
+    is shown as high: a card never makes a call look safer than it may be."""
+    return risk if risk in RISK_ICONS else "high"
+
+
+def card_risk(card: CardView) -> str:
+    """The risk a card shows in its head: the request's; on a turn's card the highest of its calls."""
+    risks = [risk_word(card.risk), *(risk_word(item.risk) for item in card.items)]
+    return max(risks, key=_RISK_ORDER.index)
+
+
+def risk_label(risk: str) -> str:
+    """ "🔴 Risk: high": the marker and the word, as plain text (each medium escapes and styles it)."""
+    word = risk_word(risk)
+    return f"{RISK_ICONS[word]} Risk: {word}"
+
+
+def is_high(risk: str) -> bool:
+    return risk_word(risk) == "high"
 
 
 def deciders(card: CardView) -> tuple[tuple[str, str], ...]:

@@ -53,6 +53,7 @@ class CardItem:
     decided_by_name: str = ""
     decision_reason: str = ""
     edited: bool = False
+    risk: str = "medium"  # this call's own (low | medium | high): a turn's calls may differ
 
     @property
     def is_pending(self) -> bool:

@@ -134,6 +134,8 @@ class AskSpec:
     escalate_channel: str | None = None
     escalate_approvers: tuple[str, ...] = ()
     reason: str = ""
+    # {risk: seconds}: a request of that risk escalates after these seconds instead (`escalation_seconds`).
+    escalate_after_seconds_by_risk: dict[str, int] = dataclasses.field(default_factory=dict)
     # Edit, then approve: True (any top-level argument), or the editable argument paths.
     allow_edit: bool | tuple[str, ...] = False
     # {path: EditType} for editable paths whose new value may take another type than the proposed one.
@@ -143,6 +145,12 @@ class AskSpec:
     warn_before_seconds: int | None = None
     # How risky the call is: low | medium | high (hooks.risk; docs/policies.md, "Risk").
     risk: str = "medium"
+
+    def escalation_seconds(self) -> int | None:
+        """After how long a still-pending request of this call escalates (None: never): the gate's time for
+        its risk, else its `escalate_after_seconds`. Read from the final spec, whose risk a policy may have
+        set after the gate made it (hooks.chain), so the time always follows the risk the request carries."""
+        return self.escalate_after_seconds_by_risk.get(self.risk, self.escalate_after_seconds)
 
 
 _UNSET: Any = object()

@@ -84,6 +84,7 @@ def card_view(confirmation: ConfirmationRequest, *, channel_name: str = "") -> C
             decided_by_name=c.decided_by_name,
             decision_reason=c.decision_reason,
             edited=c.edited,
+            risk=c.risk,
         )
         for c in batch_of(confirmation)
     )

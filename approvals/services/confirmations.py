@@ -119,6 +119,7 @@ def confirmation_create(
             escalate_approvers, kind=escalate_channel.kind, now=now
         )
     expires_at = now + dt.timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else None
+    escalate_after = spec.escalation_seconds()  # the gate's time for the request's risk (docs/policies.md, "Risk")
     warn_at = None
     if expires_at is not None and spec.warn_before_seconds:
         warn_at = expires_at - dt.timedelta(seconds=spec.warn_before_seconds)
@@ -148,11 +149,7 @@ def confirmation_create(
         args_fingerprint=args_fingerprint,
         on_timeout=spec.on_timeout,
         remind_at=now + dt.timedelta(seconds=spec.remind_after_seconds) if spec.remind_after_seconds else None,
-        escalate_at=(
-            now + dt.timedelta(seconds=spec.escalate_after_seconds)
-            if spec.escalate_after_seconds and escalate_channel
-            else None
-        ),
+        escalate_at=now + dt.timedelta(seconds=escalate_after) if escalate_after and escalate_channel else None,
         escalate_channel=escalate_channel,
         escalate_approvers=escalate_approvers,
         escalate_approver_people=escalate_people,

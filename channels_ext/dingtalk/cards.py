@@ -25,7 +25,8 @@ from typing import Any
 
 from gateway_contract import CallbackError, CardView, actor_label, sign_confirmation_id, unsign_confirmation_id
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text, waiting_line
+from channels_ext.cardkit import RISK_ICONS, card_risk, cut, is_high, outcome_sentence, risk_word, utc_text, value_text
+from channels_ext.cardkit import waiting_line
 
 APPROVE_ACTION = "approve"
 REJECT_ACTION = "reject"
@@ -70,12 +71,19 @@ def outcome_line(card: CardView) -> str:
     )
 
 
+def risk_line(risk: str) -> str:
+    """ "🔴 **Risk: high**" (the whole label bold when high), "🟢 **Risk:** low"."""
+    word = risk_word(risk)
+    return f"{RISK_ICONS[word]} **Risk: high**" if is_high(word) else f"{RISK_ICONS[word]} **Risk:** {word}"
+
+
 def card_markdown(card: CardView) -> str:
-    """The card's text: the call, why it was gated, who may decide until when, and how it ended."""
+    """The card's text: its risk, the call, why it was gated, who may decide until when, and how it ended."""
     why = _safe(card.reason, REASON_LIMIT) if card.reason else "(no reason given)"
     if card.hook:
         why += f" (hook: {_safe(card.hook, SHORT_LIMIT)})"
     lines = [
+        risk_line(card_risk(card)),
         f"**Agent:** {_safe(card.agent, SHORT_LIMIT)}",
         f"**Tool:** {_safe(card.tool_name, SHORT_LIMIT)}",
         f"**End user:** {_safe(card.user_id, SHORT_LIMIT) if card.user_id else '(unknown)'}",
@@ -142,9 +150,12 @@ def buttons(card: CardView) -> list[dict[str, Any]]:
 def card_params(card: CardView) -> dict[str, str]:
     """The template's `cardParamMap` for `card` (every value a string)."""
     full = {"order": ["msgTitle", "msgContent", "msgButtons"], "msgButtons": buttons(card)}
+    title = f"{_TITLES.get(card.status, card.status.capitalize())}: {card.agent} · {card.tool_name}"
+    if is_high(card_risk(card)):
+        title = f"🔴 High risk · {title}"  # said first, where a notification shows it
     return {
         "flowStatus": FLOW_FINISHED,
-        "msgTitle": cut(f"{_TITLES.get(card.status, card.status.capitalize())}: {card.agent} · {card.tool_name}", SHORT_LIMIT),
+        "msgTitle": cut(title, SHORT_LIMIT),
         "msgContent": card_markdown(card),
         "sys_full_json_obj": json.dumps(full, ensure_ascii=False),
     }

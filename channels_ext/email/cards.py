@@ -16,7 +16,7 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 
 from gateway_contract import CardView
-from channels_ext.cardkit import waiting_line
+from channels_ext.cardkit import RISK_ICONS, is_high, risk_label, risk_word, waiting_line
 
 SUBJECT_LIMIT = 150
 SHORT_LIMIT = 200  # agent, tool, user and session names
@@ -26,6 +26,8 @@ MAX_APPROVERS_SHOWN = 20
 
 _OUTCOME_ICONS = {"approved": "✅", "rejected": "❌", "expired": "⌛", "cancelled": "🚫"}
 _COLOURS = {"approve": "#1f883d", "reject": "#cf222e", "other": "#2457b3"}
+# The risk's badge: (background, text colour); high is the red of a rejection.
+_RISK_COLOURS = {"low": ("#d1f2d9", "#0f5c27"), "medium": ("#fff3cd", "#7a5a00"), "high": ("#cf222e", "#ffffff")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +67,9 @@ def _value(value: Any) -> str:
 
 
 def subject(card: CardView) -> str:
-    """ "Approval needed: purchasing-bot wants to run oa__purchase_pay"."""
-    return one_line(f"Approval needed: {card.agent} wants to run {card.tool_name}", SUBJECT_LIMIT)
+    """ "Approval needed: purchasing-bot wants to run oa__purchase_pay", "[High risk] " first for a high one."""
+    high = "[High risk] " if is_high(card.risk) else ""
+    return one_line(f"{high}Approval needed: {card.agent} wants to run {card.tool_name}", SUBJECT_LIMIT)
 
 
 def outcome_line(card: CardView) -> str:
@@ -116,13 +119,27 @@ def arguments(args: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _text_block(card: CardView, now: dt.datetime | None) -> list[str]:
-    lines = [f"{label}: {text}" for label, text in facts(card, now=now)]
+    word = risk_word(card.risk)
+    warning = " (read the arguments before approving)" if is_high(word) and card.is_pending else ""
+    lines = [f"{risk_label(word)}{warning}"]
+    lines += [f"{label}: {text}" for label, text in facts(card, now=now)]
     lines.append("Arguments:")
     lines += [f"  {key} = {value}" for key, value in arguments(card.tool_args)] or ["  (no arguments)"]
     if card.edited:
         lines.append("Approved arguments (edited by the approver):")
         lines += [f"  {key} = {value}" for key, value in arguments(card.approved_args or {})]
     return lines
+
+
+def risk_badge(risk: str) -> str:
+    """The risk as the HTML part shows it above the facts: a coloured badge, "🔴 Risk: high" on red."""
+    word = risk_word(risk)
+    background, colour = _RISK_COLOURS[word]
+    return format_html(
+        '<p style="margin:0 0 10px"><span style="display:inline-block;padding:3px 10px;border-radius:99px;'
+        'background:{};color:{};font-weight:{}">{} Risk: {}</span></p>',
+        background, colour, "700" if is_high(word) else "600", RISK_ICONS[word], word,
+    )  # fmt: skip
 
 
 def _html_block(card: CardView, now: dt.datetime | None) -> str:
@@ -136,8 +153,9 @@ def _html_block(card: CardView, now: dt.datetime | None) -> str:
         arguments(card.tool_args),
     ) or format_html("<tr><td>(no arguments)</td></tr>")  # fmt: skip
     html = format_html(
-        '<table style="border-collapse:collapse">{}</table><h3 style="margin:14px 0 4px">Arguments</h3>'
+        '{}<table style="border-collapse:collapse">{}</table><h3 style="margin:14px 0 4px">Arguments</h3>'
         '<table style="border-collapse:collapse">{}</table>',
+        risk_badge(card.risk),
         rows,
         args,
     )

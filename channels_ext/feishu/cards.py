@@ -18,7 +18,7 @@ from typing import Any
 from gateway_contract import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, waiting_line
+from channels_ext.cardkit import RISK_ICONS, card_risk, cut, is_high, outcome_sentence, risk_word, waiting_line
 from channels_ext.cardkit import utc_text as format_time
 from channels_ext.cardkit import value_text as _format_value
 
@@ -44,6 +44,8 @@ DETAILS_LIMIT = 4000  # the agent/tool/arguments/user/why part of the markdown
 
 # Header colours: https://open.feishu.cn/document/feishu-cards/card-json-v2-components/content-components/title
 _TEMPLATES = {"pending": "orange", "approved": "green", "rejected": "red", "expired": "grey", "cancelled": "grey"}
+# The risk's tag beside the title (`text_tag_list`; tag colours as the title component lists them).
+_RISK_TAG_COLOURS = {"low": "green", "medium": "orange", "high": "red"}
 
 _OPEN_ID = re.compile(r"^ou_[0-9A-Za-z]+$")
 # Markdown punctuation that could open emphasis, a link or inline code in a value.
@@ -89,6 +91,7 @@ def _details(card: CardView) -> str:
     hook = f" (hook: {safe_text(card.hook, SHORT_LIMIT)})" if card.hook else ""
     why = safe_text(card.reason, REASON_LIMIT) if card.reason else "(no reason given)"
     lines = [
+        risk_line(card_risk(card)),
         f"**Agent:** {safe_text(card.agent, SHORT_LIMIT)}",
         f"**Tool:** {safe_text(card.tool_name, SHORT_LIMIT)}",
         "**Arguments:**",
@@ -105,6 +108,20 @@ def _details(card: CardView) -> str:
         kept.append(line)
         used += len(line) + 1
     return "\n".join(kept)
+
+
+def risk_line(risk: str) -> str:
+    """ "🔴 **Risk: high**" (high in red as well), "🟢 **Risk:** low": the card's first line."""
+    word = risk_word(risk)
+    if is_high(word):
+        return f"{RISK_ICONS[word]} <font color='red'>**Risk: high**</font>"
+    return f"{RISK_ICONS[word]} **Risk:** {word}"
+
+
+def risk_tag(risk: str) -> dict[str, Any]:
+    """The header's tag for a risk: "Risk: high" in red (medium orange, low green)."""
+    word = risk_word(risk)
+    return {"tag": "text_tag", "text": _plain(f"Risk: {word}"), "color": _RISK_TAG_COLOURS[word]}
 
 
 def outcome_line(card: CardView) -> str:
@@ -258,7 +275,8 @@ def action_elements(confirmation_id: str) -> list[dict[str, Any]]:
 
 def _item_line(number: int, item: Any) -> str:
     args = "; ".join(line.removeprefix("- ") for line in _argument_lines(item.tool_args))
-    line = f"**{number}.** {safe_text(item.tool_name, SHORT_LIMIT)} — {args}"
+    risk = risk_word(item.risk)
+    line = f"**{number}.** {RISK_ICONS[risk]} {safe_text(item.tool_name, SHORT_LIMIT)} ({risk} risk) — {args}"
     if not item.is_pending:
         line += f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {safe_text(item.status, SHORT_LIMIT)}"
         if item.edited:
@@ -276,6 +294,7 @@ def turn_elements(card: CardView) -> list[dict[str, Any]]:
     if len(card.items) > MAX_TURN_ITEMS:
         lines.append(f"… {len(card.items) - MAX_TURN_ITEMS} more on the approval page")
     head = (
+        f"{risk_line(card_risk(card))}\n"
         f"**Agent:** {safe_text(card.agent, SHORT_LIMIT)}\n"
         f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}\n"
         f"**Calls of one turn:**"
@@ -324,7 +343,8 @@ def render_card(card: CardView) -> dict[str, Any]:
     if card.items:
         pending = len(card.pending_items)
         title = f"Approval needed: {pending} of {len(card.items)} calls" if pending else "Calls of one turn"
-        return card_frame(title, cut(f"{card.agent} · one turn", SHORT_LIMIT), "orange" if pending else "grey", turn_elements(card))
+        subject = cut(f"{card.agent} · one turn", SHORT_LIMIT)
+        return card_frame(title, subject, "orange" if pending else "grey", turn_elements(card), risk=card_risk(card))
     title = _TITLES.get(card.status, card.status.capitalize() or "Approval")
     subject = cut(f"{card.agent} · {card.tool_name}", SHORT_LIMIT)
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": card_markdown(card)}]
@@ -334,14 +354,23 @@ def render_card(card: CardView) -> dict[str, Any]:
         if card.editable_paths:
             elements.append(edit_form(card))
         elements.append(reject_form)
-    return card_frame(title, subject, _TEMPLATES.get(card.status, "grey"), elements)
+    return card_frame(title, subject, _TEMPLATES.get(card.status, "grey"), elements, risk=card.risk)
 
 
-def card_frame(title: str, subject: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
+def card_frame(
+    title: str, subject: str, template: str, elements: list[dict[str, Any]], *, risk: str | None = None
+) -> dict[str, Any]:
+    """The card around `elements`; with a `risk` (an approval's card, not a question's) its tag beside the
+    title, and a high risk said first in the summary a notification shows."""
+    header: dict[str, Any] = {"title": _plain(title), "subtitle": _plain(subject), "template": template}
+    summary = f"{title}: {subject}"
+    if risk is not None:
+        header["text_tag_list"] = [risk_tag(risk)]
+        summary = f"🔴 High risk · {summary}" if is_high(risk) else summary
     return {
         "schema": "2.0",
         # update_multi: one shared card that every reader sees redrawn when it is patched.
-        "config": {"update_multi": True, "summary": {"content": cut(f"{title}: {subject}", SHORT_LIMIT)}},
-        "header": {"title": _plain(title), "subtitle": _plain(subject), "template": template},
+        "config": {"update_multi": True, "summary": {"content": cut(summary, SHORT_LIMIT)}},
+        "header": header,
         "body": {"elements": elements},
     }

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from gateway_contract import CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids, split_actor
-from channels_ext.cardkit import waiting_line
+from channels_ext.cardkit import RISK_ICONS, card_risk, is_high, risk_label, risk_word, waiting_line
 
 ACTIONS_BLOCK_ID = "approval_actions"
 APPROVE_ACTION_ID = "approve"
@@ -170,15 +170,28 @@ def outcome_line(card: CardView) -> str:
     return line
 
 
+def risk_block(card: CardView) -> dict[str, Any]:
+    """The card's risk on a line of its own, high in bold: "🔴 *Risk: high*" (a turn's: its riskiest call's)."""
+    risk = card_risk(card)
+    label = escape(risk_label(risk))
+    if is_high(risk):
+        label = f"{RISK_ICONS['high']} *Risk: high*"
+        if card.is_pending or card.pending_items:
+            label += " — read the arguments before approving"
+    return _mrkdwn_section(label)
+
+
 def fallback_text(card: CardView) -> str:
-    """The plain `text` shown in notifications and by clients that cannot draw blocks."""
+    """The plain `text` shown in notifications and by clients that cannot draw blocks (a high risk said first)."""
     subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {escape(cut(card.tool_name, SHORT_LIMIT))}"
+    high = "🔴 High risk. " if is_high(card_risk(card)) else ""
     if card.items:
         pending = len(card.pending_items)
         subject = f"{escape(cut(card.agent, SHORT_LIMIT))} wants to run {len(card.items)} calls of one turn"
-        return cut(f"Approval needed ({pending} pending): {subject}" if pending else f"Decided: {subject}", FALLBACK_TEXT_LIMIT)
+        text = f"{high}Approval needed ({pending} pending): {subject}" if pending else f"Decided: {subject}"
+        return cut(text, FALLBACK_TEXT_LIMIT)
     if card.is_pending:
-        return cut(f"Approval needed: {subject}", FALLBACK_TEXT_LIMIT)
+        return cut(f"{high}Approval needed: {subject}", FALLBACK_TEXT_LIMIT)
     return cut(f"{outcome_line(card)}: {subject}", FALLBACK_TEXT_LIMIT)
 
 
@@ -225,6 +238,7 @@ def card_blocks(card: CardView) -> list[dict[str, Any]]:
         blocks.append(_mrkdwn_section("⏫ *Escalated:* more approvers have been asked to decide."))
     if card.note:
         blocks.append(_mrkdwn_section(f"🔔 {escape(card.note)}"))
+    blocks.append(risk_block(card))
 
     fields = [
         f"*Agent*\n{escape(cut(card.agent, SHORT_LIMIT))}",
@@ -246,7 +260,9 @@ def card_blocks(card: CardView) -> list[dict[str, Any]]:
 
 def _item_line(number: int, item: Any) -> str:
     args, _ = format_args(item.tool_args, limit=600)
-    line = f"*{number}.* `{escape(cut(item.tool_name, SHORT_LIMIT))}` {' · '.join(args.splitlines())}"
+    risk = risk_word(item.risk)
+    line = f"*{number}.* {RISK_ICONS[risk]} `{escape(cut(item.tool_name, SHORT_LIMIT))}` {' · '.join(args.splitlines())}"
+    line += f" _({risk} risk)_" if not is_high(risk) else " *(high risk)*"
     if not item.is_pending:
         icon = _OUTCOME_ICONS.get(item.status, "•")
         line += f"\n{icon} {escape(item.status.capitalize())}{' (edited)' if item.edited else ''}"
@@ -268,6 +284,7 @@ def turn_blocks(card: CardView) -> list[dict[str, Any]]:
         blocks.append(_mrkdwn_section("⏫ *Escalated:* more approvers have been asked to decide."))
     if card.note:
         blocks.append(_mrkdwn_section(f"🔔 {escape(card.note)}"))
+    blocks.append(risk_block(card))
     fields = [f"*Agent*\n{escape(cut(card.agent, SHORT_LIMIT))}", f"*End user*\n{escape(cut(card.user_id, SHORT_LIMIT)) or '—'}"]
     if card.session_id:
         fields.append(f"*Session*\n{escape(cut(card.session_id, SHORT_LIMIT))}")

@@ -21,7 +21,8 @@ from typing import Any
 from gateway_contract import CardItem, CardView, actor_label, argument_value, sign_confirmation_id, sign_shown_ids
 from channels_ext.cardkit import OUTCOME_ICONS as _OUTCOME_ICONS
 from channels_ext.cardkit import STATUS_TITLES as _TITLES
-from channels_ext.cardkit import cut, outcome_sentence, utc_text, value_text, waiting_line
+from channels_ext.cardkit import RISK_ICONS, card_risk, cut, is_high, outcome_sentence, risk_word, utc_text, value_text
+from channels_ext.cardkit import waiting_line
 
 ADAPTIVE_CARD_CONTENT_TYPE = "application/vnd.microsoft.card.adaptive"
 CARD_VERSION = "1.4"  # Universal Actions need 1.4; Teams renders up to 1.5
@@ -48,13 +49,16 @@ REASON_LIMIT = 1000
 # TextBlock colours: https://adaptivecards.io/explorer/TextBlock.html
 _WHITESPACE = re.compile(r"\s+")
 _COLOURS = {"pending": "Warning", "approved": "Good", "rejected": "Attention", "expired": "Default", "cancelled": "Default"}
+_RISK_COLOURS = {"low": "Good", "medium": "Warning", "high": "Attention"}
 
 
-def _run(text: str, *, bold: bool = False, limit: int = REASON_LIMIT) -> dict[str, Any]:
+def _run(text: str, *, bold: bool = False, limit: int = REASON_LIMIT, colour: str = "") -> dict[str, Any]:
     # Newlines and runs of spaces become one space (a value stays on its line); the edges are kept.
     run: dict[str, Any] = {"type": "TextRun", "text": cut(_WHITESPACE.sub(" ", text), limit)}
     if bold:
         run["weight"] = "Bolder"
+    if colour:
+        run["color"] = colour
     return run
 
 
@@ -78,6 +82,16 @@ def _argument_lines(tool_args: dict[str, Any]) -> list[dict[str, Any]]:
         line(_run(f"{cut(str(key), SHORT_LIMIT)} = ", bold=True), _run(value_text(value), limit=ARG_VALUE_LIMIT))
         for key, value in tool_args.items()
     ]
+
+
+def risk_element(risk: str) -> dict[str, Any]:
+    """ "🔴 Risk: high", coloured by the risk (high: Attention, red; medium: Warning; low: Good), bold when high."""
+    word = risk_word(risk)
+    return line(
+        _run(f"{RISK_ICONS[word]} "),
+        _run(f"Risk: {word}", bold=is_high(word), colour=_RISK_COLOURS[word]),
+        element_id="risk",
+    )
 
 
 def outcome_text(card: CardView) -> str:
@@ -165,7 +179,13 @@ def actions(card: CardView) -> list[dict[str, Any]]:
 
 def _item_elements(number: int, item: CardItem) -> list[dict[str, Any]]:
     args = "; ".join(f"{key} = {cut(value_text(value), ARG_VALUE_LIMIT)}" for key, value in item.tool_args.items())
-    runs = [_run(f"{number}. {cut(item.tool_name, SHORT_LIMIT)} — ", bold=True), _run(args or "(no arguments)")]
+    risk = risk_word(item.risk)
+    runs = [
+        _run(f"{number}. {RISK_ICONS[risk]} {cut(item.tool_name, SHORT_LIMIT)} ", bold=True),
+        _run(f"({risk} risk)", bold=is_high(risk), colour=_RISK_COLOURS[risk]),
+        _run(" — ", bold=True),
+        _run(args or "(no arguments)"),
+    ]
     if not item.is_pending:
         outcome = f" → {_OUTCOME_ICONS.get(item.status, 'ℹ️')} {item.status}"
         if item.edited:
@@ -244,6 +264,7 @@ def render_card(card: CardView, *, told: str = "") -> dict[str, Any]:
     ]
     if told:
         body.append(line(_run(f"ℹ️ {told}"), element_id="told"))
+    body.append(risk_element(card_risk(card)))
     if card.items:
         turn_body, turn_actions = _turn_body(card)
         body.extend(turn_body)
@@ -278,9 +299,10 @@ def render_card(card: CardView, *, told: str = "") -> dict[str, Any]:
 
 
 def fallback_text(card: CardView) -> str:
-    """The activity's text: what notifications and clients without cards show."""
+    """The activity's text: what notifications and clients without cards show (a high risk said first)."""
     subject = f"{cut(card.agent, SHORT_LIMIT)} wants to run {cut(card.tool_name, SHORT_LIMIT)}"
+    needed = "🔴 High risk. Approval needed" if is_high(card_risk(card)) else "Approval needed"
     if card.items:
         subject = f"{cut(card.agent, SHORT_LIMIT)} wants to run {len(card.items)} calls of one turn"
-        return f"Approval needed: {subject}" if card.pending_items else f"Decided: {subject}"
-    return f"Approval needed: {subject}" if card.is_pending else f"{outcome_text(card)}: {subject}"
+        return f"{needed}: {subject}" if card.pending_items else f"Decided: {subject}"
+    return f"{needed}: {subject}" if card.is_pending else f"{outcome_text(card)}: {subject}"

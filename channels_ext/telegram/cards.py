@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway_contract import CardItem, CardView, actor_label, split_actor
 from channels_ext.telegram import buttons
-from channels_ext.cardkit import waiting_line
+from channels_ext.cardkit import RISK_ICONS, card_risk, is_high, risk_word, waiting_line
 
 Keyboard = list[list[tuple[str, str]]]
 
@@ -118,6 +118,12 @@ def outcome_line(card: CardView | CardItem, limits: Limits = Limits()) -> str:
     return line
 
 
+def risk_line(risk: str) -> str:
+    """ "🔴 <b>Risk: high</b>" (the whole label bold when high), "🟢 <b>Risk:</b> low"."""
+    word = risk_word(risk)
+    return f"{RISK_ICONS[word]} <b>Risk: high</b>" if is_high(word) else f"{RISK_ICONS[word]} <b>Risk:</b> {word}"
+
+
 def _details(card: CardView, now: dt.datetime | None, limits: Limits) -> list[str]:
     why = esc(card.reason, limits.reason) if card.reason else "(no reason given)"
     lines = [f"<b>Why:</b> {why}" + (f" <i>(hook {esc(card.hook, limits.name)})</i>" if card.hook else "")]
@@ -153,7 +159,7 @@ def _card_text(card: CardView, now: dt.datetime | None, limits: Limits) -> str:
     if card.items:
         return _turn_text(card, now, limits)
     head = "<b>Approval needed</b>" if card.is_pending else outcome_line(card, limits)
-    lines = [head, *_notes(card, limits)]
+    lines = [head, risk_line(card.risk), *_notes(card, limits)]
     lines.append(f"<b>{esc(card.agent, limits.name)}</b> wants to run <code>{esc(card.tool_name, limits.name)}</code>")
     who = f"<b>End user:</b> {esc(card.user_id, limits.name) or '—'}"
     if card.session_id:
@@ -178,13 +184,14 @@ def _turn_text(card: CardView, now: dt.datetime | None, limits: Limits) -> str:
     title = (
         f"Approval needed: {len(pending)} of {len(card.items)} calls of one turn" if pending else "Calls of one turn"
     )
-    lines = [f"<b>{title}</b>", *_notes(card, limits)]
+    lines = [f"<b>{title}</b>", risk_line(card_risk(card)), *_notes(card, limits)]
     lines.append(
         f"<b>Agent:</b> {esc(card.agent, limits.name)} · <b>End user:</b> {esc(card.user_id, limits.name) or '—'}"
     )
     for number, item in enumerate(card.items[:MAX_TURN_ITEMS], start=1):
         args = _args(item.tool_args, limits.item_args, limits.arg_value, sep=" · ")
-        line = f"{number}. <code>{esc(item.tool_name, limits.item_name)}</code> {args}"
+        risk = risk_word(item.risk)
+        line = f"{number}. {RISK_ICONS[risk]} <code>{esc(item.tool_name, limits.item_name)}</code> ({risk} risk) {args}"
         if not item.is_pending:
             item_limits = dataclasses.replace(limits, name=limits.item_name, reason=limits.item_reason)
             line += f"\n    {outcome_line(item, item_limits)}"

@@ -1,4 +1,4 @@
-"""How the approval page shows a request: arguments an approver can read, long values folded."""
+"""How the approval page shows a request: arguments an approver can read, long values folded, its risk."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from approvals import selectors
+from channels_ext.cardkit import RISK_ICONS, risk_word
 
 FOLD_AFTER_CHARS = 160
 FOLD_AFTER_LINES = 4
@@ -46,6 +47,23 @@ def argument_rows(tool_args: Any) -> list[ArgumentRow]:
         summary = one_line if len(one_line) <= SUMMARY_CHARS else one_line[:SUMMARY_CHARS].rstrip() + "…"
         rows.append(ArgumentRow(name=str(name), text=text, folded=folded, summary=f"{summary} ({len(text)} characters)"))
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class RiskShown:
+    """A request's risk as the page shows it: "🔴 Risk: high" in a badge coloured by `word` (docs/policies.md, "Risk")."""
+
+    word: str  # low | medium | high; also the badge's class (`risk-high`)
+    icon: str
+
+    @property
+    def is_high(self) -> bool:
+        return self.word == "high"
+
+
+def risk_shown(risk: str) -> RiskShown:
+    word = risk_word(risk)
+    return RiskShown(word=word, icon=RISK_ICONS[word])
 
 
 def web_channel_names(confirmation: Any) -> list[str]:

@@ -19,7 +19,7 @@ from approvals import selectors, services
 from approvals.types import RequestKind, Status
 from gateway_contract import answers
 from gateway_contract import Callback, sign_shown_ids
-from channels_ext.web.display import argument_rows, live_grants_for, may_view, viewer_for
+from channels_ext.web.display import argument_rows, live_grants_for, may_view, risk_shown, viewer_for
 from channels_ext.web.forms import BatchForm, DecisionForm
 
 # Approvers need not be staff, so they sign in here rather than on the admin's staff-only login.
@@ -306,6 +306,7 @@ def approval_page(request: HttpRequest, confirmation_id) -> HttpResponse:
         {
             "c": confirmation,
             "card": selectors.card_view(confirmation, channel_name=confirmation.channel.name),
+            "risk": risk_shown(confirmation.risk),
             "viewer": viewer,
             "form": form,
             "can_decide": viewer.can_decide and pending,

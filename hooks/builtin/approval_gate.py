@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from hooks.base import AskSpec, EditType, Hook, HookContext, HookResult
 from hooks.config import HookConfigBase, PositiveInt, Reference, Strict
-from hooks.risk import RiskSetting, resolve_risk
+from hooks.risk import Risk, RiskSetting, resolve_risk
 
 
 # `group:NAME` and `person:EMAIL` approver entries (docs/approving.md, "People"); any other entry is
@@ -88,6 +88,14 @@ class ApprovalGateConfig(HookConfigBase):
     on_timeout: Literal["deny", "allow"] = "deny"
     remind_after_seconds: PositiveInt | None = None
     escalate_after_seconds: PositiveInt | None = None
+    escalate_after_seconds_by_risk: dict[Risk, PositiveInt] | None = Field(
+        default=None,
+        description=(
+            "Seconds before escalating a request of that risk, overriding escalate_after_seconds for it, e.g. "
+            '{high: 30}; a risk it does not name escalates after escalate_after_seconds (or never without it). '
+            'Needs escalate_to (docs/policies.md, "Risk").'
+        ),
+    )
     escalate_to: EscalateTo | None = Field(default=None, validate_default=True)
     allow_self_approval: bool = Field(
         default=False, description="false: the person the call is made for (its user_id) cannot approve it."
@@ -148,16 +156,25 @@ class ApprovalGateConfig(HookConfigBase):
             self.allow_self_approval = not self.forbid_self_approval
         return self
 
+    @field_validator("escalate_after_seconds_by_risk")
+    @classmethod
+    def _names_a_risk(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is not None and not value:
+            raise ValueError("names no risk: give seconds per risk, e.g. {high: 30}, or leave it out")
+        return value
+
     @field_validator("escalate_to")
     @classmethod
     def _with_escalate_after(cls, value: EscalateTo | None, info: ValidationInfo) -> EscalateTo | None:
-        if "escalate_after_seconds" not in info.data:  # invalid itself, and reported there
-            return value
-        escalates = info.data["escalate_after_seconds"] is not None
-        if escalates and value is None:
+        if "escalate_after_seconds" not in info.data or "escalate_after_seconds_by_risk" not in info.data:
+            return value  # invalid itself, and reported there
+        after, by_risk = info.data["escalate_after_seconds"], info.data["escalate_after_seconds_by_risk"]
+        if value is None and after is not None:
             raise ValueError("is required when escalate_after_seconds is set")
-        if not escalates and value is not None:
-            raise ValueError("needs escalate_after_seconds")
+        if value is None and by_risk:
+            raise ValueError("is required when escalate_after_seconds_by_risk is set")
+        if value is not None and after is None and not by_risk:
+            raise ValueError("needs escalate_after_seconds or escalate_after_seconds_by_risk")
         return value
 
     @field_validator("allow_edit", mode="before")
@@ -245,6 +262,8 @@ class ApprovalGate(Hook):
       (`approvals.timers`, run by beat).
     - `escalate_after_seconds` + `escalate_to`: a card goes to the other channel
       and its approvers, the first card is marked escalated, and both may decide.
+      `escalate_after_seconds_by_risk` (`{high: 30}`) overrides the time for the
+      requests of a risk: the riskiest may reach more people sooner.
     - `forbid_self_approval: true` (the default; `allow_self_approval: false` says the
       same): the person the call's `user_id` names cannot approve it, under any
       identity linked to them.
@@ -289,6 +308,7 @@ class ApprovalGate(Hook):
             allow_self_approval=c.allow_self_approval,
             remind_after_seconds=c.remind_after_seconds,
             escalate_after_seconds=c.escalate_after_seconds,
+            escalate_after_seconds_by_risk=dict(c.escalate_after_seconds_by_risk or {}),
             escalate_channel=escalate.channel if escalate else None,
             escalate_approvers=tuple(escalate.approvers) if escalate else (),
             reason=reason,

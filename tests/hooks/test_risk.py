@@ -1,16 +1,23 @@
 """Risk on every request (docs/policies.md, "Risk"): a gate or a policy rule rates a call low, medium or high,
-as a word or a CEL expression over the call; the request carries it, signed, in its JSON and in the metrics."""
+as a word or a CEL expression over the call; the request carries it, signed, in its JSON and in the metrics;
+a gate may escalate the requests of a risk sooner (`escalate_after_seconds_by_risk`). Timers run as beat runs
+them (`run_timers`), with the requests' escalation moved closer by an UPDATE rather than by sleeping."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 import yaml
 from django.db import connection
+from django.utils import timezone
 
 from approvals.config_schema import ConfigError
 from approvals.models import ConfirmationRequest
-from tests.conftest import apply_config, make_agent_client
+from approvals.tasks import run_timers
+from tests.conftest import apply_config, decide, make_agent_client
 from tests.gateway.test_metrics import TOKEN, scrape
+from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,3 +115,115 @@ def test_a_risk_that_is_neither_a_level_nor_an_expression_is_refused_with_its_pa
     with pytest.raises(ConfigError) as refused:
         apply_config(yaml.safe_dump(config))
     assert "agents[0].hooks[1].risk" in str(refused.value) and problem in str(refused.value)
+
+
+# --- high risk escalates sooner (escalate_after_seconds_by_risk) --------------------------------------
+
+ESCALATING = """
+channels:
+  - {name: web, kind: web}
+  - {name: web-oncall, kind: web}
+agents:
+  - name: payments-bot
+    hooks:
+      - kind: policy
+        name: wires
+        ask_via: rated-low
+        rules:
+          - {effect: ask, tools: ["wire"], risk: high}
+      - kind: approval_gate
+        name: rated-low
+        channel: web
+        risk: low
+        escalate_after_seconds: 1800
+        escalate_after_seconds_by_risk: {high: 30}
+        escalate_to: {channel: web-oncall, approvers: [dave]}
+      - kind: approval_gate
+        name: pay-gate
+        tools: ["pay"]
+        channel: web
+        risk: 'args.amount > 10000 ? "high" : "low"'
+        escalate_after_seconds: 1800
+        escalate_after_seconds_by_risk: {high: 30}
+        escalate_to: {channel: web-oncall, approvers: [dave]}
+"""
+
+
+@pytest.fixture
+def payments_bot(live_gateway, transactional_db):
+    apply_config(ESCALATING)
+    return make_agent_client(live_gateway, "payments-bot")
+
+
+def elapse(seconds: int, *confirmation_ids: str) -> None:
+    """As if `seconds` went by for these requests: their escalation that much closer (no sleeping)."""
+    for pk in confirmation_ids:
+        due = ConfirmationRequest.objects.get(pk=pk).escalate_at
+        rewrite_request(pk, escalate_at=due - dt.timedelta(seconds=seconds))
+
+
+def escalated(*confirmation_ids: str) -> list[bool]:
+    rows = {str(r.pk): r.escalated_at is not None for r in ConfirmationRequest.objects.filter(pk__in=confirmation_ids)}
+    return [rows[pk] for pk in confirmation_ids]
+
+
+def test_a_high_risk_call_escalates_after_its_shorter_time_and_a_low_one_after_the_normal_time(payments_bot):
+    before = timezone.now()
+    high, low = asked(payments_bot, "pay", {"amount": 20_000}), asked(payments_bot, "pay", {"amount": 5})
+    after = timezone.now()
+    assert (high["risk"], low["risk"]) == ("high", "low")
+    for record, seconds in ((high, 30), (low, 1800)):
+        due = ConfirmationRequest.objects.get(pk=record["id"]).escalate_at
+        assert before + dt.timedelta(seconds=seconds) <= due <= after + dt.timedelta(seconds=seconds)
+    ids = (high["id"], low["id"])
+
+    elapse(29, *ids)
+    assert run_timers.apply().get()["escalated"] == 0  # not yet: 29 of the high call's 30 seconds
+    elapse(2, *ids)
+    assert run_timers.apply().get()["escalated"] == 1
+    assert escalated(*ids) == [True, False]
+    assert decide(high["id"], "approve", actor="dave", channel="web-oncall").code == "decided"  # on call decides it
+
+    elapse(1800 - 31 - 1, low["id"])
+    assert run_timers.apply().get()["escalated"] == 0  # the low call keeps the gate's 1800 seconds
+    elapse(2, low["id"])
+    assert run_timers.apply().get()["escalated"] == 1
+    assert escalated(*ids) == [True, True]
+
+
+def test_the_escalation_follows_the_risk_the_request_carries_a_policy_rules_or_an_unratable_calls(payments_bot):
+    wire = asked(payments_bot, "wire", {"amount": 1})  # the policy rates it high; its gate says low
+    unrated = asked(payments_bot, "pay", {"currency": "EUR"})  # no amount: unratable, so high
+    assert (wire["risk"], unrated["risk"]) == ("high", "high")
+
+    elapse(31, wire["id"], unrated["id"])
+    assert run_timers.apply().get()["escalated"] == 2
+    assert escalated(wire["id"], unrated["id"]) == [True, True]
+
+
+def test_a_risk_the_mapping_does_not_name_escalates_after_escalate_after_seconds_or_never_without_it(
+    live_gateway, transactional_db
+):
+    config = yaml.safe_load(ESCALATING)
+    gate = config["agents"][0]["hooks"][2]
+    del gate["escalate_after_seconds"]
+    apply_config(yaml.safe_dump(config))
+    bot = make_agent_client(live_gateway, "payments-bot")
+
+    high, low = asked(bot, "pay", {"amount": 20_000}), asked(bot, "pay", {"amount": 5})
+    assert ConfirmationRequest.objects.get(pk=high["id"]).escalate_at is not None
+    assert ConfirmationRequest.objects.get(pk=low["id"]).escalate_at is None  # only the risks it names escalate
+    elapse(31, high["id"])
+    assert run_timers.apply().get()["escalated"] == 1
+
+
+def test_escalate_after_seconds_by_risk_without_escalate_to_is_a_config_error_with_its_path():
+    config = yaml.safe_load(ESCALATING)
+    del config["agents"][0]["hooks"][2]["escalate_to"]
+    with pytest.raises(ConfigError) as refused:
+        apply_config(yaml.safe_dump(config))
+    assert "agents[0].hooks[2].escalate_to: is required when escalate_after_seconds is set" in str(refused.value)
+    del config["agents"][0]["hooks"][2]["escalate_after_seconds"]
+    with pytest.raises(ConfigError) as refused:
+        apply_config(yaml.safe_dump(config))
+    assert "agents[0].hooks[2].escalate_to: is required when escalate_after_seconds_by_risk is set" in str(refused.value)

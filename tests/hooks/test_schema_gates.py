@@ -30,8 +30,28 @@ def test_it_refuses_a_zero_quorum_and_an_unknown_on_timeout():
 def test_it_requires_escalate_to_with_escalate_after_seconds_and_the_reverse():
     assert hook_problems(gate(escalate_after_seconds=60), gate(escalate_to={"channel": "web"})) == [
         ("hooks[0].escalate_to", "is required when escalate_after_seconds is set"),
-        ("hooks[1].escalate_to", "needs escalate_after_seconds"),
+        ("hooks[1].escalate_to", "needs escalate_after_seconds or escalate_after_seconds_by_risk"),
     ]
+
+
+def test_escalate_after_seconds_by_risk_names_risks_with_positive_seconds_and_needs_escalate_to():
+    to = {"escalate_to": {"channel": "web"}}
+    assert hook_problems(
+        gate(escalate_after_seconds_by_risk={"high": 30}),
+        gate(escalate_after_seconds_by_risk={"extreme": 30}, **to),
+        gate(escalate_after_seconds_by_risk={"high": 0}, **to),
+        gate(escalate_after_seconds_by_risk={}, **to),
+        gate(escalate_after_seconds_by_risk=[30], **to),
+    ) == [
+        ("hooks[0].escalate_to", "is required when escalate_after_seconds_by_risk is set"),
+        ("hooks[1].escalate_after_seconds_by_risk.extreme.[key]", "must be 'low', 'medium' or 'high'"),
+        ("hooks[2].escalate_after_seconds_by_risk.high", "must be > 0"),
+        ("hooks[3].escalate_after_seconds_by_risk", "names no risk: give seconds per risk, e.g. {high: 30}, or leave it out"),
+        ("hooks[4].escalate_after_seconds_by_risk", "must be a mapping"),
+    ]
+    # With it, escalate_to no longer needs escalate_after_seconds: only the risks it names escalate.
+    (only_high,) = validate_agent_hooks([gate(escalate_after_seconds_by_risk={"high": 30}, **to)])
+    assert (only_high.escalate_after_seconds, only_high.escalate_after_seconds_by_risk) == (None, {"high": 30})
 
 
 def test_it_refuses_non_positive_reminders():

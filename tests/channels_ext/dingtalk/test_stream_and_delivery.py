@@ -217,3 +217,23 @@ def test_a_quorum_shows_its_progress_and_a_reminder_redraws_the_card_with_its_no
     assert ConfirmationRequest.objects.get(pk=confirmation_id).status == "approved"
     wait_until(lambda: card.params["msgTitle"].startswith("Approved:"), what="the decided card")
     assert f"by dingtalk:{MANAGER}, dingtalk:{DIRECTOR} at" in card.params["msgContent"]
+
+
+def test_a_cards_risk_is_rated_over_the_call_said_first_and_kept_on_the_decided_card(live_gateway, fake_dingtalk, celery_worker):
+    from tests.conftest import decide
+
+    agent = deploy(live_gateway, fake_dingtalk, gate_keys="        risk: 'args.amount > 10000 ? \"high\" : \"low\"'\n")
+    confirmation_id = agent.pre_tool_use(TOOL, {"amount": 20000}).json()["confirmation_id"]
+    card, _ = posted_card(fake_dingtalk)
+
+    assert card.params["msgTitle"].startswith("🔴 High risk · Approval needed: purchasing-bot")
+    assert card.params["msgContent"].startswith("🔴 **Risk: high**\n\n**Agent:** purchasing-bot")
+
+    assert decide(confirmation_id, "reject", actor=MANAGER, channel=CHANNEL, reason="too much").code == "decided"
+    wait_until(lambda: "Rejected" in card.params["msgTitle"], what="the decided card")
+    assert card.params["msgContent"].startswith("🔴 **Risk: high**")
+
+    agent.pre_tool_use(TOOL, {"amount": 5})
+    wait_until(lambda: len(fake_dingtalk.posted()) == 2, what="the second card")
+    low = fake_dingtalk.posted()[1]
+    assert low.params["msgTitle"].startswith("Approval needed:") and low.params["msgContent"].startswith("🟢 **Risk:** low")

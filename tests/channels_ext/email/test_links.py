@@ -419,3 +419,29 @@ def test_each_call_of_a_turn_gets_its_own_message(live_gateway, smtp_server):
     mails = wait_until(lambda: len(smtp_server.mails(ALICE)) == 2 and smtp_server.mails(ALICE))
     assert {read_link(CHANNEL, token_of(anchors(m)["Approve"])).confirmation_id for m in mails} == {first, second}
     agent.http.close()
+
+
+def test_the_message_shows_the_risk_rated_over_the_call_high_in_its_subject_and_in_the_decided_reply(
+    live_gateway, smtp_server
+):
+    configure(smtp_server, gate_keys="        risk: 'args.amount > 10000 ? \"high\" : \"low\"'\n")
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    ask(agent, {"amount": 20000})
+    deliver_outbox()
+    mail = card_mails(smtp_server, (ALICE,))[ALICE]
+
+    assert mail.subject == f"[High risk] Approval needed: purchasing-bot wants to run {TOOL}"
+    assert "🔴 Risk: high (read the arguments before approving)" in mail.text
+    assert "🔴 Risk: high</span>" in mail.html and "background:#cf222e" in mail.html  # the red badge
+
+    assert post_link(live_gateway, token_of(anchors(mail)["Reject"]), reason="too much").told == "Rejected."
+    deliver_outbox()
+    reply = wait_until(lambda: [m for m in smtp_server.mails(ALICE) if m.header("In-Reply-To")], what="the reply")[0]
+    assert reply.subject == f"Re: {mail.subject}"
+    assert "🔴 Risk: high\r\n" in reply.text and "🔴 Risk: high</span>" in reply.html
+
+    ask(agent, {"amount": 5})
+    deliver_outbox()
+    low = wait_until(lambda: [m for m in smtp_server.mails(ALICE) if m.subject.startswith("Approval needed")])[0]
+    assert "🟢 Risk: low" in low.text and "(read the arguments" not in low.text
+    agent.http.close()

@@ -207,3 +207,31 @@ def test_a_non_feishu_decider_is_written_as_text_not_as_a_mention() -> None:
 
     assert "by web:bob" in text
     assert "<at" not in text
+
+
+def test_the_risk_is_a_coloured_tag_beside_the_title_and_the_first_line_high_in_red() -> None:
+    for risk, colour, line in (
+        ("low", "green", "🟢 **Risk:** low"),
+        ("medium", "orange", "🟡 **Risk:** medium"),
+        ("high", "red", "🔴 <font color='red'>**Risk: high**</font>"),
+    ):
+        card = render_card(card_view(risk=risk))
+        tag = {"tag": "text_tag", "text": {"tag": "plain_text", "content": f"Risk: {risk}"}, "color": colour}
+        assert card["header"]["text_tag_list"] == [tag]
+        assert markdown_of(card).startswith(line + "\n")
+    assert render_card(card_view(risk="high"))["config"]["summary"]["content"].startswith("🔴 High risk · Approval needed")
+    assert render_card(card_view(risk="low"))["config"]["summary"]["content"].startswith("Approval needed")
+
+
+def test_a_turns_card_tags_its_riskiest_call_and_marks_each_call() -> None:
+    from gateway_contract import CardItem
+
+    items = (
+        CardItem("11111111-0000-4000-8000-000000000001", "pay", {"amount": 5}, "pending", risk="low"),
+        CardItem("11111111-0000-4000-8000-000000000002", "pay", {"amount": 20000}, "pending", risk="high"),
+    )
+    card = render_card(card_view(risk="low", items=items))
+
+    assert card["header"]["text_tag_list"][0]["text"]["content"] == "Risk: high"
+    assert "**1.** 🟢 pay (low risk) — amount: 5" in markdown_of(card)
+    assert "**2.** 🔴 pay (high risk) — amount: 20000" in markdown_of(card)

@@ -47,7 +47,9 @@ def test_the_calls_of_one_turn_share_one_card_and_approve_all_decides_each_once(
     card = wait_until(lambda: shown(feishu, message, "Approval needed: 2 of 2 calls"), what="the card to list both")
     assert len(feishu.fake.sent_messages()) == 1  # one card for the turn
     markdown = markdown_of(card)
-    assert "**1.** oa\\_\\_purchase\\_pay — amount: 1" in markdown and "**2.** oa\\_\\_purchase\\_pay — amount: 2" in markdown
+    assert "**1.** 🟡 oa\\_\\_purchase\\_pay (medium risk) — amount: 1" in markdown
+    assert "**2.** 🟡 oa\\_\\_purchase\\_pay (medium risk) — amount: 2" in markdown
+    assert markdown.startswith("🟡 **Risk:** medium\n")
     assert {"approve_1", "approve_2", "approve_all", "reject_1", "reject_2", "reject_all"} <= set(buttons(card))
 
     toast, answered = toast_and_card(feishu.click(buttons(card)["approve_all"]))

@@ -200,3 +200,25 @@ def test_a_turns_approve_all_carries_the_listed_pending_calls_signed_within_slac
     assert len(value) <= cards.BUTTON_VALUE_LIMIT
     listed_pending = tuple(item.confirmation_id for item in items[1 : cards.MAX_TURN_ITEMS])
     assert unsign_shown_ids(value) == (items[0].confirmation_id, listed_pending)  # not the 25 it does not list
+
+
+def test_the_risk_has_a_line_of_its_own_high_in_bold_with_a_warning_only_while_pending() -> None:
+    assert "🟡 Risk: medium" in texts(cards.card_blocks(make_card()))
+    high = make_card(risk="high")
+    assert "🔴 *Risk: high* — read the arguments before approving" in texts(cards.card_blocks(high))
+    assert cards.fallback_text(high).startswith("🔴 High risk. Approval needed:")
+    decided = dataclasses.replace(high, status="approved", decided_by="slack:U0APPROVER")
+    shown = texts(cards.card_blocks(decided))
+    assert "🔴 *Risk: high*" in shown and not any("read the arguments" in text for text in shown)
+
+
+def test_a_turns_card_heads_with_its_riskiest_call_and_marks_each_call() -> None:
+    items = (
+        CardItem("11111111-0000-4000-8000-000000000001", "pay", {"amount": 5}, "pending", risk="low"),
+        CardItem("11111111-0000-4000-8000-000000000002", "pay", {"amount": 20000}, "approved", "slack:U0A", risk="high"),
+    )
+    shown = texts(cards.card_blocks(make_card(risk="low", items=items)))
+
+    assert "🔴 *Risk: high* — read the arguments before approving" in shown  # one call is still pending
+    assert any(text.startswith("*1.* 🟢 `pay` amount = 5 _(low risk)_") for text in shown)
+    assert any(text.startswith("*2.* 🔴 `pay` amount = 20000 *(high risk)*") for text in shown)

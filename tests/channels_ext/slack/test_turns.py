@@ -113,7 +113,9 @@ def test_the_calls_of_one_turn_share_one_card_decided_one_by_one_or_all_at_once(
     message = wait_until(listing_three, what="the card to list the turn's three calls")
     assert len(fake_slack.calls("chat.postMessage")) == 1  # one card for the turn
     text = block_text(message["blocks"])
-    assert "*1.* `oa__purchase_pay` amount = 1" in text and "*3.* `oa__purchase_pay` amount = 3" in text
+    assert "*1.* 🟡 `oa__purchase_pay` amount = 1 _(medium risk)_" in text
+    assert "*3.* 🟡 `oa__purchase_pay` amount = 3 _(medium risk)_" in text
+    assert "🟡 Risk: medium" in text
     (turn_actions,) = [b for b in message["blocks"] if b.get("block_id") == "turn_actions"]
     assert [e["text"]["text"] for e in turn_actions["elements"]] == ["Approve all 3", "Reject all 3"]
     lead, shown_ids = unsign_shown_ids(turn_actions["elements"][0]["value"])  # the calls it decides, signed
@@ -170,7 +172,7 @@ def test_approve_all_on_a_card_drawn_before_a_call_joined_decides_only_the_calls
     )  # the redraws, written with the decisions
     redrawn = showing(fake_slack, card, "Approval needed: 1 of 3 calls of one turn")
     assert [b["block_id"] for b in redrawn["blocks"] if b["type"] == "actions"] == ["item_3"]  # Approve 3 / Reject 3
-    assert "*3.* `oa__purchase_pay` amount = 3" in block_text(redrawn["blocks"])
+    assert "*3.* 🟡 `oa__purchase_pay` amount = 3" in block_text(redrawn["blocks"])
 
     # Slack retries the same click (the same signed body, within the signature window): nothing more.
     before = decisions(first, second, later)

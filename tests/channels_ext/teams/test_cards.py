@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 
 from gateway_contract import CardItem, CardView, unsign_confirmation_id, unsign_shown_ids
-from channels_ext.teams.cards import render_card
+from channels_ext.teams.cards import fallback_text, render_card
 from tests.channels_ext.teams.support import executes, find_all, inputs
 
 PENDING = CardView(
@@ -81,3 +81,33 @@ def test_approve_all_on_a_turns_card_carries_the_signed_ids_of_the_calls_it_show
     assert unsign_shown_ids(approve_all["data"]["shown"]) == (
         items[0].confirmation_id, tuple(item.confirmation_id for item in items)
     )
+
+
+def _risk_runs(card: dict) -> list[dict]:
+    (block,) = find_all(card, lambda node: node.get("id") == "risk")
+    return block["inlines"]
+
+
+def test_the_card_shows_its_risk_high_in_red_and_bold_also_once_decided():
+    high = dataclasses.replace(PENDING, risk="high")
+    marker, label = _risk_runs(render_card(high))
+    assert (marker["text"], label["text"], label["color"], label["weight"]) == ("🔴 ", "Risk: high", "Attention", "Bolder")
+    assert fallback_text(high).startswith("🔴 High risk. Approval needed: purchasing-bot wants to run")
+
+    decided = dataclasses.replace(high, status="rejected", decided_by="teams:x", decided_at=PENDING.expires_at)
+    assert [run["text"] for run in _risk_runs(render_card(decided))] == ["🔴 ", "Risk: high"]
+    low = _risk_runs(render_card(dataclasses.replace(PENDING, risk="low")))[1]
+    assert (low["text"], low["color"], "weight" in low) == ("Risk: low", "Good", False)
+    assert fallback_text(dataclasses.replace(PENDING, risk="low")).startswith("Approval needed:")
+
+
+def test_a_turns_card_shows_each_calls_risk_and_its_riskiest_at_the_top():
+    items = (
+        CardItem("11111111-0000-4000-8000-000000000001", "pay", {"amount": 5}, "pending", risk="low"),
+        CardItem("11111111-0000-4000-8000-000000000002", "pay", {"amount": 20000}, "pending", risk="high"),
+    )
+    card = render_card(dataclasses.replace(PENDING, risk="low", items=items))
+
+    assert _risk_runs(card)[1]["text"] == "Risk: high"
+    shown = find_all(card, lambda node: node.get("type") == "TextRun" and str(node.get("text", "")).endswith(" risk)"))
+    assert [(run["text"], run["color"]) for run in shown] == [("(low risk)", "Good"), ("(high risk)", "Attention")]

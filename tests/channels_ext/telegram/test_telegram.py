@@ -70,7 +70,9 @@ def test_the_card_is_html_with_buttons_whose_data_fits_telegrams_64_bytes(agent,
     assert (params["chat_id"], params["parse_mode"]) == (CHAT_ID, "HTML")
     assert params["link_preview_options"] == {"is_disabled": True}
     text = params["text"]
-    assert text.startswith("<b>Approval needed</b>\n<b>purchasing-bot</b> wants to run <code>oa__purchase_pay</code>")
+    assert text.startswith(
+        "<b>Approval needed</b>\n🟡 <b>Risk:</b> medium\n<b>purchasing-bot</b> wants to run <code>oa__purchase_pay</code>"
+    )
     assert "&lt;b&gt;pay now&lt;/b&gt; &amp; fast" in text  # an argument cannot open a tag
     assert "<b>End user:</b> u-42 · <b>Session:</b> s-9" in text
     assert '<b>Approvers:</b> <a href="tg://user?id=111111111">111111111</a>' in text
@@ -110,7 +112,8 @@ def _card(**more) -> CardView:
         _card(
             items=tuple(
                 CardItem(
-                    str(uuid.uuid4()), "t" * 300, {"k": "&" * 1000}, "rejected", "telegram:1", "n" * 300, "&" * 1000
+                    str(uuid.uuid4()), "t" * 300, {"k": "&" * 1000}, "rejected", "telegram:1", "n" * 300, "&" * 1000,
+                    risk="medium",  # the longest risk word each call's line shows
                 )
                 for _ in range(15)
             )
@@ -125,6 +128,28 @@ def test_any_card_stays_within_telegrams_4096_characters_and_its_html_stays_whol
     # Cut before escaping: no entity or tag is left half-written.
     assert re.fullmatch(r"(?:[^&<>]|&(?:amp|lt|gt|quot);|<[^<>]+>)*", text, re.S)
     assert text.count("<pre>") == text.count("</pre>") and text.count("<a ") == text.count("</a>")
+
+
+def test_the_card_shows_its_risk_high_in_bold_before_the_call_and_still_once_decided():
+    high = _card(agent="purchasing-bot", tool_name="pay", reason="", approvers=(), risk="high")
+    pending = cards.card_text(high)
+    assert pending.startswith("<b>Approval needed</b>\n🔴 <b>Risk: high</b>\n<b>purchasing-bot</b> wants to run")
+
+    decided = cards.card_text(dataclasses.replace(high, status="rejected", decided_by="telegram:111"))
+    assert decided.splitlines()[1] == "🔴 <b>Risk: high</b>"
+    assert cards.card_text(dataclasses.replace(high, risk="low")).splitlines()[1] == "🟢 <b>Risk:</b> low"
+
+
+def test_a_turns_card_shows_each_calls_risk_and_its_riskiest_at_the_top():
+    items = (
+        CardItem(str(uuid.uuid4()), "pay", {"amount": 5}, "pending", risk="low"),
+        CardItem(str(uuid.uuid4()), "pay", {"amount": 20000}, "pending", risk="high"),
+    )
+    lines = cards.card_text(_card(reason="", approvers=(), risk="low", items=items)).splitlines()
+
+    assert lines[1] == "🔴 <b>Risk: high</b>"
+    assert [line.split(" <code>")[0] for line in lines if line[:3] in ("1. ", "2. ")] == ["1. 🟢", "2. 🔴"]
+    assert "(low risk)" in lines[3] and "(high risk)" in lines[4]
 
 
 def test_a_button_whose_data_was_changed_or_made_for_another_channel_is_refused(agent, fake_telegram, telegram):
