@@ -40,7 +40,9 @@ from approvals.selectors.channels import (
     pending_by_channel,
 )
 from approvals.selectors.inbox import (
+    INBOX_LIMIT,
     confirmation_editable_values,
+    confirmation_shown_digest,
     confirmation_lookup,
     confirmations_by_ids,
     confirmations_decided_by,
@@ -94,6 +96,7 @@ from approvals.selectors.tool_calls import (
 
 __all__ = [
     "DJANGO_USER_KINDS",
+    "INBOX_LIMIT",
     "PEOPLE_PREFIXES",
     "TURN_CARD_ITEMS",
     "UNVERIFIED_QUESTION_REASON",
@@ -119,6 +122,7 @@ __all__ = [
     "confirmation_editable_values",
     "confirmation_for_agent",
     "confirmation_lookup",
+    "confirmation_shown_digest",
     "confirmation_state",
     "confirmation_state_told",
     "confirmation_url",

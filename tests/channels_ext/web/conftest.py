@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -80,6 +81,20 @@ class HeldCall:
 
     def still_waiting(self) -> bool:
         return self.thread.is_alive()
+
+
+def inbox_shown(html: str) -> dict[str, str]:
+    """The inbox's checkboxes as drawn: {request id: the value its checkbox posts, `<id>:<digest of the row>`}."""
+    return {value.split(":")[0]: value for value in re.findall(r'name="ids" value="([^"]+)"', html)}
+
+
+def shown_as_now(confirmation_id) -> str:
+    """The checkbox value a row of this request would carry if drawn now (a hand-made form's best forgery)."""
+    from approvals import selectors
+    from approvals.models import ConfirmationRequest
+
+    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+    return f"{confirmation.pk}:{selectors.confirmation_shown_digest(confirmation)}"
 
 
 # --------------------------------------------------------------------------- the browser
