@@ -84,6 +84,7 @@ def _inbox(request: HttpRequest, filters: InboxFilterForm, status: int = 200) ->
     mine: list[InboxRow] = []
     others = []
     with selectors.people_memo():  # who is whom, read once for the whole list
+        selectors.owners_read_at_once(pending, identity=f"web:{request.user.get_username()}")
         for confirmation in pending:
             viewer = viewer_for(request.user, confirmation)
             if viewer.can_decide:
