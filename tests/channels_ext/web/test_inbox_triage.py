@@ -9,53 +9,15 @@ import re
 import uuid
 
 import pytest
-from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest
-from tests.channels_ext.web.conftest import PASSWORD, inbox_shown, shown_as_now
-from tests.conftest import apply_config, make_agent_client
+from tests.channels_ext.web.conftest import PASSWORD, ask, inbox_shown, shown_as_now
 from tests.support import rewrite_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-RISK_BY_AMOUNT = """'args.amount > 1000 ? "high" : (args.amount > 100 ? "medium" : "low")'"""
-TRIAGE_CONFIG = f"""
-channels:
-  - {{name: web, kind: web}}
-agents:
-  - name: billing-bot
-    hooks:
-      - {{kind: approval_gate, name: pay-gate, tools: ["*"], channel: web, approvers: [alice], timeout_seconds: 3600, risk: {RISK_BY_AMOUNT}}}
-  - name: deploy-bot
-    hooks:
-      - {{kind: approval_gate, name: ship-gate, tools: ["*"], channel: web, approvers: [alice], timeout_seconds: 3600, risk: {RISK_BY_AMOUNT}}}
-  - name: mail-bot
-    hooks:
-      - {{kind: approval_gate, name: mail-gate, tools: ["*"], channel: web, approvers: [bob], timeout_seconds: 3600}}
-"""
-
-
-@pytest.fixture
-def bots(live_gateway, transactional_db):
-    """billing-bot and deploy-bot ask alice (risk by amount), mail-bot asks bob (medium)."""
-    for name in ("alice", "bob"):
-        User.objects.create_user(name, password=PASSWORD)
-    apply_config(TRIAGE_CONFIG)
-    clients = {name: make_agent_client(live_gateway, name) for name in ("billing-bot", "deploy-bot", "mail-bot")}
-    yield clients
-    for client in clients.values():
-        client.http.close()
-
-
-def ask(bot, tool: str, **args) -> str:
-    body = bot.pre_tool_use(tool, args, user_id="u-7").json()
-    assert body["decision"] == "pending", body
-    return body["confirmation_id"]
 
 
 def signed_in(username: str) -> Client:
