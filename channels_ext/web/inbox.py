@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import selectors, services
 from gateway_contract import Callback
 from channels_ext.web.display import argument_preview, live_grants_for, viewer_for
-from channels_ext.web.forms import AGES, BatchForm, InboxFilterForm
+from channels_ext.web.forms import AGES, BatchForm, InboxFilterForm, RequestIdsField
 from channels_ext.web.views import LOGIN_URL
 
 # The risks in the order their groups are listed: what deserves the careful read first.
@@ -88,8 +88,8 @@ def _inbox(request: HttpRequest, filters: InboxFilterForm, status: int = 200) ->
         for confirmation in pending:
             viewer = viewer_for(request.user, confirmation)
             if viewer.can_decide:
-                digest = selectors.confirmation_shown_digest(confirmation)
-                mine.append(InboxRow(c=confirmation, preview=argument_preview(confirmation.tool_args), shown=f"{confirmation.pk}:{digest}"))
+                shown = f"{confirmation.pk}:{selectors.confirmation_shown_digest(confirmation)}"
+                mine.append(InboxRow(c=confirmation, preview=argument_preview(confirmation.tool_args), shown=shown))
             elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
                 others.append(confirmation)
     # The filters' choices: the agents and tools of what this user may see now (never of requests kept out
@@ -110,6 +110,7 @@ def _inbox(request: HttpRequest, filters: InboxFilterForm, status: int = 200) ->
         "ages": _ages(chosen.get("older_than")),
         "limited": len(pending) >= selectors.INBOX_LIMIT,
         "limit": selectors.INBOX_LIMIT,
+        "max_batch": RequestIdsField.MAX_BATCH,
         "others": others,
         "decided": selectors.confirmations_decided_by(user=request.user),
         "grants": live_grants_for(request.user),

@@ -38,11 +38,11 @@ def rows_of(html: str) -> list[dict[str, str]]:
 
 def groups_of(html: str) -> list[tuple[str, int]]:
     """The group headers, in order: (the group's name, its count)."""
-    heads = re.findall(r'<tr class="group-head">.*?</tr>', html)
-    return [
-        (re.sub(r"<[^>]+>", "", re.search(r": (.*?)<span class=\"count\"", head).group(1)), int(re.search(r">(\d+)</span></th>", head).group(1)))
-        for head in heads
-    ]
+    groups = []
+    for head in re.findall(r'<tr class="group-head">.*?</tr>', html):
+        name = re.sub(r"<[^>]+>", "", re.search(r': (.*?)<span class="count"', head).group(1))
+        groups.append((name, int(re.search(r">(\d+)</span></th>", head).group(1))))
+    return groups
 
 
 def test_the_inbox_filters_by_agent_tool_risk_and_age_and_groups_with_counts(bots):
@@ -279,3 +279,40 @@ def test_the_inbox_with_500_pending_reads_a_constant_number_of_statements(bots, 
     html = response.content.decode()
     assert len(rows_of(html)) == 1 + sum(1 for n in range(498) if n % 3)
     assert "mail-bot" not in html  # bob's requests: not hers to decide, nor to see
+
+
+def test_two_batches_racing_over_the_same_requests_decide_each_exactly_once(bots):
+    """alice's inbox open in two tabs: an approval of the first six and a rejection of the last six, posted
+    at the same moment; the four both name are decided once, by whichever came first."""
+    import threading
+
+    from django.db import connection as db_connection
+
+    ids = [ask(bots["billing-bot"], "pay", amount=n) for n in range(8)]
+    tabs = [signed_in("alice"), signed_in("alice")]
+    drawn = inbox_shown(tabs[0].get(reverse("approval-inbox")).content.decode())
+    bodies = [
+        {"ids": [drawn[pk] for pk in ids[:6]], "decision": "approve"},
+        {"ids": [drawn[pk] for pk in ids[2:]], "decision": "reject", "reason": "duplicate run"},
+    ]
+    barrier = threading.Barrier(2)
+
+    def post(tab, body) -> None:
+        try:
+            barrier.wait()
+            assert tab.post(reverse("approval-inbox-decide"), body).status_code == 302
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=post, args=pair) for pair in zip(tabs, bodies)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    statuses = {pk: ConfirmationRequest.objects.get(pk=pk).status for pk in ids}
+    assert all(statuses[pk] == "approved" for pk in ids[:2]) and all(statuses[pk] == "rejected" for pk in ids[6:])
+    for pk in ids:
+        assert statuses[pk] in ("approved", "rejected")
+        assert ApproverResponse.objects.filter(confirmation_id=pk).count() == 1
+        assert ConfirmationEvent.objects.filter(confirmation_id=pk, kind__in=("approved", "rejected")).count() == 1
