@@ -42,7 +42,9 @@ from approvals.selectors.channels import (
     pending_by_channel,
 )
 from approvals.selectors.inbox import (
+    INBOX_LIMIT,
     confirmation_editable_values,
+    confirmation_shown_digest,
     confirmation_lookup,
     confirmations_by_ids,
     confirmations_decided_by,
@@ -57,6 +59,7 @@ from approvals.selectors.people import (
     approvers_for_channel,
     linked_identities,
     owner_of,
+    owners_read_at_once,
     people_memo,
     person_key_by_email,
     person_name,
@@ -97,6 +100,7 @@ from approvals.selectors.tool_calls import (
 
 __all__ = [
     "DJANGO_USER_KINDS",
+    "INBOX_LIMIT",
     "PEOPLE_PREFIXES",
     "TURN_CARD_ITEMS",
     "UNVERIFIED_QUESTION_REASON",
@@ -123,6 +127,7 @@ __all__ = [
     "confirmation_editable_values",
     "confirmation_for_agent",
     "confirmation_lookup",
+    "confirmation_shown_digest",
     "confirmation_state",
     "confirmation_state_told",
     "confirmation_url",
@@ -143,6 +148,7 @@ __all__ = [
     "on_behalf_of",
     "oversight_figures",
     "owner_of",
+    "owners_read_at_once",
     "pending_by_channel",
     "people_memo",
     "person_key_by_email",

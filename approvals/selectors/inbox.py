@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from approvals.arguments import get_path
 from approvals.models import ConfirmationRequest, Status
@@ -32,16 +36,59 @@ def confirmations_by_ids(*, ids: list[str]) -> dict[uuid.UUID, ConfirmationReque
     return ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel").in_bulk(ids)
 
 
-def confirmations_pending_for(*, user: Any) -> QuerySet[ConfirmationRequest]:
-    """The pending requests of `user`'s teams, oldest first, at most 500 (the inbox sorts out which of them the
-    user decides, and which they may only see)."""
-    return of_teams(  # only the user's teams' requests (docs/approving.md, "Teams")
-        ConfirmationRequest.objects.select_related("agent", "channel", "escalate_channel")
-        .filter(status=Status.PENDING)
-        .order_by("created_at"),
-        user,
-        path="agent__team",
-    )[:500]
+INBOX_LIMIT = 500
+
+
+def confirmations_pending_for(
+    *,
+    user: Any,
+    agent: str = "",
+    tool: str = "",
+    risk: str = "",
+    older_than: int | None = None,
+) -> QuerySet[ConfirmationRequest]:
+    """The pending requests of `user`'s teams, oldest first, at most `INBOX_LIMIT` (the inbox sorts out which
+    of them the user decides, and which they may only see), narrowed by the inbox's filters: the agent's
+    name, the tool's name, the risk, and asked more than `older_than` minutes ago. Filtered here, in the
+    database, so a filter finds what the limit would have cut off."""
+    pending = ConfirmationRequest.objects.select_related("agent__team", "channel", "escalate_channel").filter(
+        status=Status.PENDING
+    )
+    if agent:
+        pending = pending.filter(agent__name=agent)
+    if tool:
+        pending = pending.filter(tool_name=tool)
+    if risk:
+        pending = pending.filter(risk=risk)
+    if older_than:
+        pending = pending.filter(created_at__lte=timezone.now() - datetime.timedelta(minutes=older_than))
+    # only the user's teams' requests (docs/approving.md, "Teams")
+    return of_teams(pending.order_by("created_at"), user, path="agent__team")[:INBOX_LIMIT]
+
+
+def confirmation_shown_digest(confirmation: ConfirmationRequest) -> str:
+    """A keyed digest of what an approver is shown of a request and decides on — its kind, agent, tool,
+    arguments (as stored), risk, session, turn, end user and approvers. The inbox draws it beside each
+    row and a batch decides a request only if its digest is the same under the row's lock: a request
+    whose content changed since the page was drawn (in the database, by hand) is left unchanged
+    (docs/approving.md, "The inbox"). Keyed with the `SECRET_KEY`, so it says nothing about redacted
+    values to anyone who reads the page."""
+    shown = [
+        confirmation.kind,
+        confirmation.agent_id,
+        confirmation.tool_name,
+        confirmation.tool_args,
+        confirmation.risk,
+        confirmation.session_id,
+        confirmation.turn_id,
+        confirmation.user_id,
+        confirmation.approvers,
+        confirmation.approvals_required,
+        confirmation.editable_paths,
+        confirmation.grant_options,
+    ]
+    text = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return salted_hmac("approvals.inbox.shown", text, algorithm="sha256").hexdigest()[:32]
 
 
 def confirmations_decided_by(*, user: Any) -> QuerySet[ConfirmationRequest]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -112,6 +112,16 @@ def self_approval_refusal(confirmation: ConfirmationRequest, *, actor: str, iden
         _read_links_at_once([identity, *_owner_chat_identities(confirmation)])
         own = _is_owner(confirmation, lambda: person_of(identity))
     return ("self_approval", "You cannot approve a call made on your own behalf.") if own else None
+
+
+def owners_read_at_once(confirmations: Iterable[ConfirmationRequest], *, identity: str) -> None:
+    """Within `people_memo`: the clicker `identity` and the people the calls of `confirmations` were made for
+    (their `user_id`s as Django users and as chat identities), read in two statements and remembered — a list
+    of requests (the inbox) then judges self-approval on each (`self_approval_refusal`) without a read per end
+    user. An e-mail `user_id` is left to its own read."""
+    owned = [c for c in confirmations if c.user_id and not c.allow_self_approval]
+    _read_users_at_once([identity, *(_owner_identity(c.user_id) for c in owned)])
+    _read_links_at_once([identity, *(i for c in owned for i in _owner_chat_identities(c))])
 
 
 def _is_owner(confirmation: ConfirmationRequest, person: Callable[[], str]) -> bool:

@@ -66,6 +66,21 @@ def risk_shown(risk: str) -> RiskShown:
     return RiskShown(word=word, icon=RISK_ICONS[word])
 
 
+PREVIEW_CHARS = 80
+
+
+def argument_preview(tool_args: Any) -> str:
+    """The arguments on one line for the inbox's row (`name=value, …`, values as JSON, by name), cut at
+    `PREVIEW_CHARS` with an ellipsis. Drawn from the arguments as stored (redacted), escaped by the template."""
+    if isinstance(tool_args, dict):
+        parts = [f"{name}={json.dumps(value, ensure_ascii=False, default=str)}" for name, value in sorted(tool_args.items())]
+        text = ", ".join(parts)
+    else:
+        text = json.dumps(tool_args, ensure_ascii=False, default=str)
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= PREVIEW_CHARS else one_line[: PREVIEW_CHARS - 1].rstrip() + "…"
+
+
 def web_channel_names(confirmation: Any) -> list[str]:
     """The web channels through which this request can be decided on its page: its own
     channel, and its escalation channel once it has escalated."""

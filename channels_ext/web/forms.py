@@ -62,23 +62,29 @@ class DecisionForm(forms.Form):
 
 
 class RequestIdsField(forms.Field):
-    """Several request ids (checkboxes of the same name); each must be a UUID, at most `MAX_BATCH`."""
+    """Several requests (checkboxes of the same name), each `<id>:<digest of what the row showed>`
+    (`selectors.confirmation_shown_digest`; a bare id, from a page drawn before rows carried it, has
+    none); each id must be a UUID, at most `MAX_BATCH`. Cleans to {id: digest or ""}, in order."""
 
     widget = forms.MultipleHiddenInput
     MAX_BATCH = 100
 
-    def to_python(self, value: Any) -> list[str]:
+    def to_python(self, value: Any) -> dict[str, str]:
         values = list(value or [])
         if len(values) > self.MAX_BATCH:
             raise forms.ValidationError(f"At most {self.MAX_BATCH} requests at once.")
-        try:
-            return list(dict.fromkeys(str(uuid.UUID(str(v))) for v in values))
-        except ValueError:
-            raise forms.ValidationError("Not a request id.") from None
+        shown: dict[str, str] = {}
+        for text in values:
+            pk, _, digest = str(text).partition(":")
+            try:
+                shown.setdefault(str(uuid.UUID(pk)), digest[:64])
+            except ValueError:
+                raise forms.ValidationError("Not a request id.") from None
+        return shown
 
 
 class BatchForm(forms.Form):
-    """The inbox: several requests decided at once, each on its own."""
+    """The inbox: several requests decided at once, each on its own, each as its row showed it."""
 
     ids = RequestIdsField(error_messages={"required": "Select requests first."})
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
@@ -89,3 +95,29 @@ class BatchForm(forms.Form):
         if data.get("decision") == "reject" and not data.get("reason"):
             self.add_error("reason", REJECT_NEEDS_REASON)
         return data
+
+
+GROUP_BY = [("", "nothing"), ("agent", "agent"), ("tool", "tool"), ("risk", "risk")]
+RISKS = [("", "any risk"), ("high", "high"), ("medium", "medium"), ("low", "low")]
+# The age filter's suggested choices, in minutes (any whole number of minutes is accepted).
+AGES = [(5, "5 min"), (15, "15 min"), (60, "1 hour"), (240, "4 hours"), (1440, "1 day")]
+
+
+class InboxFilterForm(forms.Form):
+    """The inbox's filters and grouping, from its query string (`?agent=…&tool=…&risk=high&older_than=15&group=risk`)."""
+
+    agent = forms.CharField(required=False, max_length=200)
+    tool = forms.CharField(required=False, max_length=200)
+    risk = forms.ChoiceField(required=False, choices=RISKS)
+    older_than = forms.IntegerField(required=False, min_value=0, max_value=60 * 24 * 366)  # minutes
+    group = forms.ChoiceField(required=False, choices=GROUP_BY)
+
+    def filters(self) -> dict[str, Any]:
+        """The selector's keyword arguments (nothing for a filter left empty)."""
+        data = self.cleaned_data
+        return {
+            "agent": data.get("agent") or "",
+            "tool": data.get("tool") or "",
+            "risk": data.get("risk") or "",
+            "older_than": data.get("older_than") or None,
+        }

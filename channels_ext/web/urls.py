@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from channels_ext.web import people, sign_in, views
+from channels_ext.web import inbox, people, sign_in, views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approval-inbox", permanent=False)),
@@ -11,8 +11,8 @@ urlpatterns = [
     # mozilla-django-oidc's: it reverses the callback's to build the redirect URI.
     path("oidc/authenticate/", sign_in.start, name="oidc_authentication_init"),
     path("oidc/callback/", sign_in.callback, name="oidc_authentication_callback"),
-    path("approvals/", views.inbox, name="approval-inbox"),
-    path("approvals/decide", views.inbox_decide, name="approval-inbox-decide"),
+    path("approvals/", inbox.inbox, name="approval-inbox"),
+    path("approvals/decide", inbox.inbox_decide, name="approval-inbox-decide"),
     path("approvals/grants/<uuid:grant_id>/revoke", views.grant_revoke, name="approval-grant-revoke"),
     path("approvals/<uuid:confirmation_id>/", views.approval_page, name="approval-page"),
     path("approvals/<uuid:confirmation_id>/state", views.approval_state, name="approval-state"),

@@ -1,9 +1,8 @@
-"""The web approval page, the approver's inbox, and the sign-in page approvers use."""
+"""The web approval page, revoking a grant, and the sign-in page approvers use (the inbox: `inbox`)."""
 
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from django.contrib import messages
@@ -20,7 +19,7 @@ from approvals.types import RequestKind, Status
 from gateway_contract import answers
 from gateway_contract import Callback, sign_shown_ids
 from channels_ext.web.display import argument_rows, live_grants_for, may_view, risk_shown, viewer_for
-from channels_ext.web.forms import BatchForm, DecisionForm
+from channels_ext.web.forms import DecisionForm
 
 # Approvers need not be staff, so they sign in here rather than on the admin's staff-only login.
 LOGIN_URL = "approval-login"
@@ -42,77 +41,6 @@ def _get(confirmation_id) -> Any:
     if confirmation is None:
         raise Http404("no such approval request")
     return confirmation
-
-
-@login_required(login_url=LOGIN_URL)
-@require_GET
-def inbox(request: HttpRequest) -> HttpResponse:
-    return _inbox(request)
-
-
-def _inbox(request: HttpRequest, status: int = 200) -> HttpResponse:
-    pending = selectors.confirmations_pending_for(user=request.user)  # of the user's teams only
-    mine, others = [], []
-    with selectors.people_memo():  # who is whom, read once for the whole list
-        for confirmation in pending:
-            viewer = viewer_for(request.user, confirmation)
-            if viewer.can_decide:
-                mine.append(confirmation)
-            elif viewer.can_view:  # others' requests stay out of sight (docs/web-and-admin.md)
-                others.append(confirmation)
-    decided = selectors.confirmations_decided_by(user=request.user)
-    context = {
-        "rows": mine,
-        "others": others,
-        "decided": decided,
-        "grants": live_grants_for(request.user),
-        "teams": selectors.team_names_of(request.user),
-    }
-    return render(request, "approvals/inbox.html", context, status=status)
-
-
-@login_required(login_url=LOGIN_URL)
-@require_POST
-def inbox_decide(request: HttpRequest) -> HttpResponse:
-    """Approve or reject the selected requests: each on its own, through the exactly-once service,
-    with the approver checks of that request (a request the user may not decide is refused and
-    recorded, like a click)."""
-    form = BatchForm(request.POST)
-    if not form.is_valid():
-        for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
-        return _inbox(request, status=400)  # nothing was decided
-    data = form.cleaned_data
-    requests = selectors.confirmations_by_ids(ids=data["ids"])
-    done: list[str] = []
-    left: list[str] = []
-    for pk in data["ids"]:
-        confirmation = requests.get(uuid.UUID(pk))
-        if confirmation is None or not selectors.team_sees(request.user, confirmation):
-            left.append(f"{pk[:8]}: no such request")
-            continue
-        viewer = viewer_for(request.user, confirmation)
-        outcome = services.confirmation_respond(
-            channel_name=viewer.channel_name,
-            callback=Callback(
-                confirmation_id=pk,
-                decision=data["decision"],
-                actor=request.user.get_username(),
-                reason=data["reason"],
-            ),
-            as_admin=viewer.as_admin,
-            actor_kind="web",
-            with_card=False,
-        )
-        (done if outcome.applied else left).append(
-            f"{confirmation.tool_name} ({pk[:8]})" if outcome.applied else f"{confirmation.tool_name} ({pk[:8]}): {outcome.message}"
-        )
-    verb = "Approved" if data["decision"] == "approve" else "Rejected"
-    if done:
-        messages.success(request, f"{verb} {len(done)} request(s): {', '.join(done)}.")
-    if left:
-        messages.warning(request, f"Left unchanged ({len(left)}): " + "; ".join(left))
-    return redirect("approval-inbox")
 
 
 @login_required(login_url=LOGIN_URL)

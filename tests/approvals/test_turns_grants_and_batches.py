@@ -26,7 +26,7 @@ from approvals.models import (
     ToolCall,
 )
 from gateway_contract import Callback
-from tests.channels_ext.web.conftest import PASSWORD
+from tests.channels_ext.web.conftest import PASSWORD, inbox_shown, shown_as_now
 from tests.conftest import apply_config
 from tests.support import rewrite_grant, wait_until
 
@@ -363,8 +363,12 @@ def test_the_inbox_decides_the_selected_requests_each_once_with_each_approver_ch
     alice = Client()
     assert alice.login(username="alice", password=PASSWORD)
 
+    drawn = inbox_shown(alice.get(reverse("approval-inbox")).content.decode())
+    assert set(drawn) == set(mine)  # the rows waiting for her, each with what it showed
+    forged = [shown_as_now(decided), shown_as_now(not_mine)]  # not in her inbox: a hand-made form
+
     response = alice.post(
-        reverse("approval-inbox-decide"), {"ids": [*mine, decided, not_mine], "decision": "approve"}, follow=True
+        reverse("approval-inbox-decide"), {"ids": [*drawn.values(), *forged], "decision": "approve"}, follow=True
     )
 
     page = response.content.decode()
@@ -376,7 +380,7 @@ def test_the_inbox_decides_the_selected_requests_each_once_with_each_approver_ch
     assert ConfirmationRequest.objects.get(pk=not_mine).status == "pending"
     assert ConfirmationEvent.objects.get(confirmation_id=not_mine, kind="refused_click").actor == "web:alice"
     # Rejecting needs a reason; junk ids are a clear 4xx-style refusal that changes nothing.
-    no_reason = alice.post(reverse("approval-inbox-decide"), {"ids": [not_mine], "decision": "reject"})
+    no_reason = alice.post(reverse("approval-inbox-decide"), {"ids": [shown_as_now(not_mine)], "decision": "reject"})
     assert (no_reason.status_code, "Say why you reject" in no_reason.content.decode()) == (400, True)
     junk = alice.post(reverse("approval-inbox-decide"), {"ids": ["nope"], "decision": "approve"})
     assert (junk.status_code, "Not a request id." in junk.content.decode()) == (400, True)

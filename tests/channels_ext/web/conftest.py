@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -80,6 +81,60 @@ class HeldCall:
 
     def still_waiting(self) -> bool:
         return self.thread.is_alive()
+
+
+def inbox_shown(html: str) -> dict[str, str]:
+    """The inbox's checkboxes as drawn: {request id: the value its checkbox posts, `<id>:<digest of the row>`}."""
+    return {value.split(":")[0]: value for value in re.findall(r'name="ids" value="([^"]+)"', html)}
+
+
+def shown_as_now(confirmation_id) -> str:
+    """The checkbox value a row of this request would carry if drawn now (a hand-made form's best forgery)."""
+    from approvals import selectors
+    from approvals.models import ConfirmationRequest
+
+    confirmation = ConfirmationRequest.objects.get(pk=confirmation_id)
+    return f"{confirmation.pk}:{selectors.confirmation_shown_digest(confirmation)}"
+
+
+# --------------------------------------------------------------------------- the inbox
+
+RISK_BY_AMOUNT = """'args.amount > 1000 ? "high" : (args.amount > 100 ? "medium" : "low")'"""
+TRIAGE_CONFIG = f"""
+channels:
+  - {{name: web, kind: web}}
+agents:
+  - name: billing-bot
+    hooks:
+      - {{kind: approval_gate, name: pay-gate, tools: ["*"], channel: web, approvers: [alice], timeout_seconds: 3600, risk: {RISK_BY_AMOUNT}}}
+  - name: deploy-bot
+    hooks:
+      - {{kind: approval_gate, name: ship-gate, tools: ["*"], channel: web, approvers: [alice], timeout_seconds: 3600, risk: {RISK_BY_AMOUNT}}}
+  - name: mail-bot
+    hooks:
+      - {{kind: approval_gate, name: mail-gate, tools: ["*"], channel: web, approvers: [bob], timeout_seconds: 3600}}
+"""
+
+
+@pytest.fixture
+def bots(live_gateway, transactional_db):
+    """The inbox's triage: billing-bot and deploy-bot ask alice (risk by amount), mail-bot asks bob (medium)."""
+    from django.contrib.auth.models import User
+
+    for name in ("alice", "bob"):
+        User.objects.create_user(name, password=PASSWORD)
+    apply_config(TRIAGE_CONFIG)
+    clients = {name: make_agent_client(live_gateway, name) for name in ("billing-bot", "deploy-bot", "mail-bot")}
+    yield clients
+    for client in clients.values():
+        client.http.close()
+
+
+def ask(bot, tool: str, **args) -> str:
+    """A call `bot` is asked about (pending, for end user u-7): its confirmation id."""
+    body = bot.pre_tool_use(tool, args, user_id="u-7").json()
+    assert body["decision"] == "pending", body
+    return body["confirmation_id"]
 
 
 # --------------------------------------------------------------------------- the browser
