@@ -237,6 +237,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
     "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
     "run-timers": {"task": "approvals.tasks.run_timers", "schedule": float(GATEWAY_TIMERS_INTERVAL_SECONDS)},
+    # Digests (docs/policies.md, "Risk"): a channel's digest goes out within 30 s of its `every_minutes`.
+    "gather-digests": {"task": "approvals.tasks.gather_digests", "schedule": 30.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
