@@ -371,10 +371,16 @@ class FeishuAdapter(ChannelAdapter):
         the transport's own delivery id, used when the payload has no event_id.
         Raises CallbackError(400) for a click that is not on one of our buttons.
         """
-        callback = parse_card_action(_with_decoded_values(payload))
+        payload = _with_decoded_values(payload)
+        callback = parse_card_action(payload)
         if not callback.dedupe_key and dedupe_key:
             callback = dataclasses.replace(callback, dedupe_key=dedupe_key)
-        return click_answer(decide(callback))
+        outcome = decide(callback)
+        if payload["event"]["action"]["value"].get("in_digest") is True:
+            # A button of a digest card: answered with a toast alone — the request's own card would replace
+            # the digest on the clicker's screen; the digest is redrawn through the outbox.
+            outcome = dataclasses.replace(outcome, card=None)
+        return click_answer(outcome)
 
     def answer_connection_event(self, body: bytes, decide: Decide, *, delivery_id: str = "") -> dict[str, Any] | None:
         """A payload from the long connection (an EVENT or a CARD frame): what to answer in its response frame.

@@ -33,7 +33,8 @@ def _plain(text: str) -> dict[str, str]:
 
 
 def _callback(decision: str, confirmation_id: str, **more: Any) -> list[dict[str, Any]]:
-    value = {"decision": decision, "confirmation_id": sign_confirmation_id(confirmation_id), **more}
+    # `in_digest`: the click is answered with a toast alone, so the digest stays on the clicker's screen.
+    value = {"decision": decision, "confirmation_id": sign_confirmation_id(confirmation_id), "in_digest": True, **more}
     return [{"type": "callback", "value": value}]
 
 
