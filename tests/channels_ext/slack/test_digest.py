@@ -309,3 +309,46 @@ def test_an_individual_button_in_a_digest_decides_one_call(slack_digest_agent, f
     message = wait_until(redrawn, what="the digest redrawn")
     assert unsign_digest_ids(digest_button(message)["value"])[1] == (first,)
     assert [b["block_id"] for b in message["blocks"] if b.get("block_id", "").startswith("digest_item_")] == ["digest_item_1"]
+
+
+def test_a_digest_slack_refuses_for_good_fails_its_calls_closed(slack_digest_agent, fake_slack, live_gateway):
+    agent = slack_digest_agent
+    first, second = ask(agent, LOW_TOOL, 1), ask(agent, LOW_TOOL, 2)
+    fake_slack.fail_next("chat.postMessage", body={"ok": False, "error": "channel_not_found"})
+
+    assert gather_now() == 1
+
+    wait_until(lambda: statuses(first, second) == ["rejected", "rejected"], what="the calls to fail closed")
+    state = agent.wait(first, timeout=5).json()
+    assert state["decided_by"] == "gateway"
+    assert state["reason"].startswith("the digest could not be delivered to channel ops-slack:")
+    assert Outbox.objects.get(kind="digest").status == "failed"
+
+
+def test_held_cards_of_a_channel_whose_digest_is_removed_are_posted_one_by_one(
+    slack_digest_agent, fake_slack, live_gateway
+):
+    agent = slack_digest_agent
+    held = ask(agent, LOW_TOOL, 1)
+    assert fake_slack.calls("chat.postMessage") == []
+    apply_config(  # the same channel, its digest: key taken out
+        f"""
+channels:
+  - name: ops-slack
+    kind: slack
+    bot_token: {BOT_TOKEN}
+    signing_secret: {SIGNING_SECRET}
+    channel_id: {SLACK_CHANNEL_ID}
+    api_base_url: {fake_slack.base_url}
+"""
+    )
+
+    assert services.digests_gather() == 0
+
+    wait_until(lambda: Outbox.objects.get(confirmation_id=held, kind="card").status == "sent", what="the card sent")
+    (posted,) = fake_slack.calls("chat.postMessage")
+    assert posted.json["text"] == f"Approval needed: purchasing-bot wants to run {LOW_TOOL}"
+    assert Digest.objects.count() == 0
+    # And a new low-risk call on the channel is posted at once.
+    ask(agent, LOW_TOOL, 2)
+    wait_until(lambda: len(fake_slack.calls("chat.postMessage")) == 2, what="the new call's own card")
