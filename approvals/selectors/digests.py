@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from approvals.models import ConfirmationRequest, Digest, Outbox, OutboxKind, OutboxStatus
+from approvals.models import ConfirmationRequest, Digest, OutboxKind, OutboxStatus
 from approvals.selectors.requests import confirmation_url
 from gateway_contract import DigestItem, DigestView, digest_config, takes_digests
 

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import Channel, Digest, Outbox, OutboxKind, OutboxStatus, Status
+from approvals.models import Channel, Digest, Outbox, OutboxKind, OutboxStatus, RequestKind, Status
 from approvals.services.records import outbox_add, outbox_queued
 from gateway_contract import CHANNEL_KINDS, DIGEST_MAX_ITEMS, DigestConfig, digest_config, takes_digests
 
@@ -87,4 +87,4 @@ def _release(channel: Channel) -> None:
 def holds_card(channel: Channel, *, risk: str, kind: str) -> bool:
     """Whether a new request's card on `channel` is kept for its digest: a call (never a question, whose
     inputs a digest has no room for) of a risk the channel's `digest:` gathers."""
-    return kind == "confirmation" and risk in selectors.digested_risks(channel)
+    return kind == RequestKind.CONFIRMATION and risk in selectors.digested_risks(channel)

@@ -84,5 +84,5 @@ def render_digest(digest: DigestView) -> dict[str, Any]:
             for n, item in pending
         ]  # fmt: skip
         elements.append({"tag": "form", "name": REJECT_FORM_NAME, "elements": [reason, *rejects]})
-    subject = cut(f"{digest.channel} · low-risk calls gathered", SHORT_LIMIT)
+    subject = cut(f"{digest.channel} · calls gathered into one digest", SHORT_LIMIT)
     return card_frame(title, subject, "orange" if pending else "grey", elements)

@@ -92,7 +92,7 @@ def digest_blocks(digest: DigestView) -> list[dict[str, Any]]:
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": "Low-risk calls gathered together; each agent is waiting."}],
+                "elements": [{"type": "mrkdwn", "text": "Calls gathered into one digest; each agent is waiting for its answer."}],
             }
         )
         blocks.append(

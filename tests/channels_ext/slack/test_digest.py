@@ -107,12 +107,6 @@ def digest_messages(fake_slack: FakeSlack) -> list[dict[str, Any]]:
     return [c.json for c in fake_slack.calls("chat.postMessage") if c.json["text"].startswith("Digest:")]
 
 
-def shown_now(fake_slack: FakeSlack, posted: dict[str, Any]) -> dict[str, Any]:
-    """The digest message as Slack shows it now (as posted, or as last updated)."""
-    (ref,) = [(c, ts) for (c, ts), m in fake_slack.messages.items() if m["text"] == posted["text"] and c == posted["channel"]][:1]
-    return fake_slack.messages[ref]
-
-
 def digest_button(message: dict[str, Any]) -> dict[str, Any]:
     (block,) = [b for b in message["blocks"] if b.get("block_id") == "digest_actions"]
     (button,) = block["elements"]
@@ -121,8 +115,13 @@ def digest_button(message: dict[str, Any]) -> dict[str, Any]:
 
 def press_digest(live_gateway, fake_slack: FakeSlack, user, value: str, note_to: str):
     """`user` presses "Approve these N" carrying `value` on the latest digest message."""
+    return post_interaction(live_gateway, digest_click(fake_slack, user, value, note_to))
+
+
+def digest_click(fake_slack: FakeSlack, user, value: str, note_to: str) -> dict[str, Any]:
+    """The payload Slack sends for a press of "Approve these N" carrying `value` on the latest digest."""
     ref = Digest.objects.order_by("created_at").last().message_ref
-    payload = block_actions_payload(
+    return block_actions_payload(
         action_id="approve_digest",
         value=value,
         user_id=user.id,
@@ -132,7 +131,6 @@ def press_digest(live_gateway, fake_slack: FakeSlack, user, value: str, note_to:
         channel_id=ref["channel"],
         message_ts=ref["ts"],
     )
-    return post_interaction(live_gateway, payload)
 
 
 def statuses(*ids: str) -> list[str]:
@@ -352,3 +350,44 @@ channels:
     # And a new low-risk call on the channel is posted at once.
     ask(agent, LOW_TOOL, 2)
     wait_until(lambda: len(fake_slack.calls("chat.postMessage")) == 2, what="the new call's own card")
+
+
+def test_a_digested_call_neither_joins_its_turns_card_nor_is_joined(slack_digest_agent, fake_slack, live_gateway):
+    agent = slack_digest_agent
+
+    def in_turn(tool: str, n: int) -> str:
+        answer = agent.pre_tool_use(tool, {"n": n}, turn_id="t-1", user_id="u-42").json()
+        assert answer["decision"] == "pending", answer
+        return answer["confirmation_id"]
+
+    low = in_turn(LOW_TOOL, 1)
+    high = in_turn(HIGH_TOOL, 2)  # the turn's first call is held: this one gets its own card, at once
+    low_again = in_turn(LOW_TOOL, 3)  # and does not join the high one's card either
+    rows = dict(ConfirmationRequest.objects.values_list("pk", "batch_lead_id"))
+    assert set(rows.values()) == {None}
+    wait_until(lambda: len(fake_slack.calls("chat.postMessage")) == 1, what="the high-risk card")
+    cards = dict(Outbox.objects.filter(kind="card").values_list("confirmation_id", "status"))
+    assert [cards[ConfirmationRequest._meta.pk.to_python(pk)] for pk in (low, low_again)] == ["held", "held"]
+    assert cards[ConfirmationRequest._meta.pk.to_python(high)] in ("pending", "sent")
+
+
+def test_two_simultaneous_approve_these_clicks_decide_each_call_once(slack_digest_agent, fake_slack, live_gateway):
+    agent = slack_digest_agent
+    ids = [ask(agent, LOW_TOOL, n) for n in range(1, 6)]
+    assert gather_now() == 1
+    (posted,) = wait_until(lambda: digest_messages(fake_slack), what="the digest message")
+    wait_until(lambda: Digest.objects.get().message_ref is not None, what="the digest's delivery to be recorded")
+    value = digest_button(posted)["value"]
+
+    payloads = [digest_click(fake_slack, ALICE, value, f"click-{n}") for n in (1, 2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # (the threads only speak HTTP)
+        clicks = [pool.submit(post_interaction, live_gateway, payload) for payload in payloads]
+        assert [c.result().status_code for c in clicks] == [200, 200]
+
+    assert statuses(*ids) == ["approved"] * 5
+    assert ApproverResponse.objects.count() == 5
+    assert ConfirmationEvent.objects.filter(kind="approved").count() == 5
+    wait_until(lambda: len(notes_to(fake_slack, "click-1") + notes_to(fake_slack, "click-2")) == 2, what="both notes")
+    notes = notes_to(fake_slack, "click-1") + notes_to(fake_slack, "click-2")
+    approved = sum(int(n["text"].split()[1]) for n in notes if n["text"].startswith("Approved "))
+    assert approved == 5  # between them, the two clicks approved each call once
