@@ -248,7 +248,8 @@ class Digest(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"digest {self.pk} → {self.channel.name} ({len(self.shown_ids)} calls)"
+        count = len(self.shown_ids)
+        return f"digest {self.pk} → {self.channel.name} ({count} call{'' if count == 1 else 's'})"
 
 
 class Outbox(models.Model):

@@ -391,3 +391,21 @@ def test_two_simultaneous_approve_these_clicks_decide_each_call_once(slack_diges
     notes = notes_to(fake_slack, "click-1") + notes_to(fake_slack, "click-2")
     approved = sum(int(n["text"].split()[1]) for n in notes if n["text"].startswith("Approved "))
     assert approved == 5  # between them, the two clicks approved each call once
+
+
+def test_the_admin_shows_which_digest_showed_a_card(slack_digest_agent, fake_slack, live_gateway):
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    confirmation_id = ask(slack_digest_agent, LOW_TOOL, 1)
+    assert gather_now() == 1
+    digest = Digest.objects.get()
+    client = Client()
+    client.force_login(User.objects.create_superuser("olga", "olga@example.com", "pw"))
+
+    listing = client.get("/admin/approvals/outbox/", {"status": "digested"})
+    request_page = client.get(f"/admin/approvals/confirmationrequest/{confirmation_id}/change/")
+
+    assert listing.status_code == request_page.status_code == 200
+    assert f"digest {digest.pk} → ops-slack (1 call)" in listing.content.decode()
+    assert f"digest {digest.pk} → ops-slack (1 call)" in request_page.content.decode()
