@@ -57,13 +57,6 @@ def expire_due() -> int:
 
 
 @shared_task
-def gather_digests() -> int:
-    """Beat, every 30 s: each channel's due held cards gathered into digests
-    (docs/policies.md, "Risk"); `services.digests_gather` is the plain function, for a tick that does more."""
-    return services.digests_gather()
-
-
-@shared_task
 def run_timers() -> dict[str, int]:
     """Beat, every ~5 s: send due reminders and escalations; drop expired hook state."""
     return dataclasses.asdict(services.confirmation_timers_due())
@@ -85,3 +78,10 @@ def audit_checkpoint() -> int:
     """Beat, every GATEWAY_AUDIT_CHECKPOINT_SECONDS: record every chain's head outside the database
     (GATEWAY_AUDIT_HEADS_FILE and the log), for `verify_audit --expect-head`."""
     return len(services.audit_checkpoint(path=settings.GATEWAY_AUDIT_HEADS_FILE))
+
+
+@shared_task
+def gather_digests() -> int:
+    """Beat, every 30 s: each channel's due held cards gathered into digests
+    (docs/policies.md, "Risk"); `services.digests_gather` is the plain function, for a tick that does more."""
+    return services.digests_gather()

@@ -237,8 +237,6 @@ CELERY_BEAT_SCHEDULE = {
     "expire-due-confirmations": {"task": "approvals.tasks.expire_due", "schedule": 2.0},
     "relay-outbox": {"task": "approvals.tasks.relay_outbox", "schedule": 5.0},
     "run-timers": {"task": "approvals.tasks.run_timers", "schedule": float(GATEWAY_TIMERS_INTERVAL_SECONDS)},
-    # Digests (docs/policies.md, "Risk"): a channel's digest goes out within 30 s of its `every_minutes`.
-    "gather-digests": {"task": "approvals.tasks.gather_digests", "schedule": 30.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -268,6 +266,9 @@ if GATEWAY_RETENTION_DAYS < 0:
     )
 if GATEWAY_RETENTION_DAYS:
     CELERY_BEAT_SCHEDULE["purge-old-records"] = {"task": "approvals.tasks.purge_old_records", "schedule": 86400.0}
+# Digests (docs/policies.md, "Risk"): a channel's digest goes out within 30 s of its `every_minutes`
+# (`approvals.tasks.gather_digests` calls the plain function `services.digests_gather`).
+CELERY_BEAT_SCHEDULE["gather-digests"] = {"task": "approvals.tasks.gather_digests", "schedule": 30.0}
 
 # The audit key (docs/audit.md): HMAC-SHA256 keys that sign the audit chain and every decision row.
 # Never stored in the database. GATEWAY_AUDIT_KEY is `<key id>:<secret>` (new entries are signed with it);
