@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db.models import F
 
-from approvals import services
 from approvals.models import ApproverResponse, ConfirmationRequest, Digest, Outbox
+from approvals.tasks import gather_digests
 from gateway_contract import unsign_digest_ids
 from tests.channels_ext.feishu.test_cards import interactive_elements
 from tests.channels_ext.feishu.test_end_to_end import (
@@ -84,7 +85,9 @@ def test_low_risk_calls_go_out_as_one_digest_card_and_approve_these_decides_the_
     assert feishu.fake.sent_messages() == []  # held for the digest
 
     Outbox.objects.filter(status="held").update(created_at=F("created_at") - dt.timedelta(minutes=6))
-    assert services.digests_gather() == 1
+    # As beat runs it: its schedule's task, applied.
+    assert settings.CELERY_BEAT_SCHEDULE["gather-digests"]["task"] == gather_digests.name
+    assert gather_digests.apply().get() == 1
     wait_until(lambda: Digest.objects.filter(message_ref__isnull=False).exists(), what="the digest to be sent")
     [message] = feishu.fake.sent_messages()
     card = message.card
