@@ -15,6 +15,7 @@ from approvals.models import ConfirmationRequest, EventKind, OutboxKind, Status
 from approvals.services.records import event_record, redraw_add
 from approvals.services.replay import in_a_transaction_served_again_if_dropped
 from approvals.services.responses import DuplicateClick, OnBehalf, click_apply
+from approvals.types import RiskLevel
 from gateway_contract import Callback, DecisionOutcome
 
 
@@ -225,9 +226,11 @@ def _respond_digest(*, channel_name: str, callback: Callback, as_admin: bool, ac
                 data=data,
             )  # fmt: skip
         return DecisionOutcome(applied=False, code="not_on_card", message=NOT_IN_DIGEST, card=None)
-    pending = list(
-        ConfirmationRequest.objects.filter(pk__in=shown, status=Status.PENDING).values_list("pk", flat=True)
-    )
+    # High-risk calls are never digested; one listed anyway (a digest row edited in the database: its ids are
+    # not signed, a request's risk is) is not approved from here.
+    rows = ConfirmationRequest.objects.filter(pk__in=shown, status=Status.PENDING)
+    pending = list(rows.exclude(risk=RiskLevel.HIGH).values_list("pk", flat=True))
+    high = rows.filter(risk=RiskLevel.HIGH).count()
     order = {pk: n for n, pk in enumerate(shown)}
     pending.sort(key=lambda pk: order[str(pk)])
     # Approved as proposed: an edit or a scope belongs to one call.
@@ -237,14 +240,14 @@ def _respond_digest(*, channel_name: str, callback: Callback, as_admin: bool, ac
     )
     applied = [pk for pk, o in results if o.applied]
     refused = [o for _, o in results if not o.applied]
+    left_high = f" {high} high-risk call(s) left pending: decide each on its own." if high else ""
     if not pending:
-        return DecisionOutcome(
-            applied=False, code="already_decided", message="Nothing was changed. The calls this digest showed are decided already.",
-            card=None,
-        )  # fmt: skip
+        message = "Nothing was changed." + (left_high or " The calls this digest showed are decided already.")
+        return DecisionOutcome(applied=False, code="already_decided", message=message, card=None)
     verb = "Approved" if callback.decision == "approve" else "Rejected"
     message = f"{verb} {len(applied)} call(s) of this digest." if applied else "Nothing was changed."
     if refused:
         message += f" {len(refused)} left unchanged: {refused[0].message}"
+    message += left_high
     code = "decided" if applied else refused[0].code
     return DecisionOutcome(applied=bool(applied), code=code, message=message, card=None)

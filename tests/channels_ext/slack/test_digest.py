@@ -409,3 +409,22 @@ def test_the_admin_shows_which_digest_showed_a_card(slack_digest_agent, fake_sla
     assert listing.status_code == request_page.status_code == 200
     assert f"digest {digest.pk} → ops-slack (1 call)" in listing.content.decode()
     assert f"digest {digest.pk} → ops-slack (1 call)" in request_page.content.decode()
+
+
+def test_a_high_risk_call_slipped_into_a_digest_row_is_not_approved_from_it(slack_digest_agent, fake_slack, live_gateway):
+    """Someone with database access adds a high-risk call to a digest's list (the ids a digest keeps are not
+    signed; a request's risk is): "Approve these" still leaves it pending."""
+    agent = slack_digest_agent
+    low = ask(agent, LOW_TOOL, 1)
+    assert gather_now() == 1
+    wait_until(lambda: Digest.objects.get().message_ref is not None, what="the digest's delivery to be recorded")
+    wire = ask(agent, HIGH_TOOL, 2)
+    digest = Digest.objects.get()
+    Digest.objects.filter(pk=digest.pk).update(shown_ids=[low, wire])
+    value = sign_digest_ids(str(digest.pk), [low, wire])  # as a message drawn from the edited row would carry
+
+    assert press_digest(live_gateway, fake_slack, ALICE, value, "alice").status_code == 200
+
+    assert statuses(low, wire) == ["approved", "pending"]
+    (note,) = wait_until(lambda: notes_to(fake_slack, "alice"), what="alice's note")
+    assert note["text"] == "Approved 1 call(s) of this digest. 1 high-risk call(s) left pending: decide each on its own."
