@@ -73,13 +73,16 @@ TICK_JOBS = [
     TickJob("expire", services.confirmation_expire_due, lambda: 0.0),  # every tick
     TickJob("relay", _relay_outbox, lambda: 5.0),
     TickJob("timers", _timers, lambda: float(settings.GATEWAY_TIMERS_INTERVAL_SECONDS)),
+    # A channel's digest goes out within 30 s of its `every_minutes` (docs/policies.md, "Digests").
+    TickJob("digests", services.digests_gather, lambda: 30.0),
 ]
 
 
 @shared_task
 def tick() -> dict[str, Any]:
     """Beat, every GATEWAY_TICK_SECONDS (2 s): the periodic work due, in one task — the expiry sweep, the
-    outbox's relay (every 5 s), the timers (every GATEWAY_TIMERS_INTERVAL_SECONDS). One message and one
+    outbox's relay (every 5 s), the timers (every GATEWAY_TIMERS_INTERVAL_SECONDS), the channels' digests
+    (every 30 s). One message and one
     task a tick, where three schedules each sent their own: a gateway at rest wakes its worker half as often.
 
     A job is due once its interval is nearly over (within half a tick), so a 5 s job runs every 4 s at a

@@ -4,7 +4,7 @@ The core (`approvals`) and every channel package (`channels_ext.<kind>`) import 
 What it holds: the one list of channel kinds and their capabilities (`registry`), the config every
 channel has (`config`), what a card shows (`cards`), the adapter contract with its callbacks and
 outcomes (`adapter`), the link that brings clicks over an outbound connection (`links`), ids signed
-into buttons (`signing`) and the answers a question may take (`answers`).
+into buttons (`signing`), what a digest shows (`digest`) and the answers a question may take (`answers`).
 """
 
 from gateway_contract import answers
@@ -13,6 +13,7 @@ from gateway_contract.registry import (
     CHANNEL_KINDS,
     ChannelKind,
     asks_questions,
+    takes_digests,
     draws_itself,
     has_turn_cards,
     kind_spec,
@@ -50,9 +51,19 @@ from gateway_contract.adapter import (
 )
 from gateway_contract.signing import (
     sign_confirmation_id,
+    sign_digest_ids,
     sign_shown_ids,
     unsign_confirmation_id,
+    unsign_digest_ids,
     unsign_shown_ids,
+)
+from gateway_contract.digest import (
+    DIGEST_MAX_ITEMS,
+    DIGESTIBLE_RISKS,
+    DigestConfig,
+    DigestItem,
+    DigestView,
+    digest_config,
 )
 from gateway_contract.links import (
     CONNECTED,
@@ -72,6 +83,7 @@ __all__ = [
     "CHANNEL_KINDS",
     "ChannelKind",
     "asks_questions",
+    "takes_digests",
     "draws_itself",
     "has_turn_cards",
     "kind_spec",
@@ -101,9 +113,17 @@ __all__ = [
     "get_adapter",
     "get_adapter_class",
     "sign_confirmation_id",
+    "sign_digest_ids",
     "sign_shown_ids",
     "unsign_confirmation_id",
+    "unsign_digest_ids",
     "unsign_shown_ids",
+    "DIGEST_MAX_ITEMS",
+    "DIGESTIBLE_RISKS",
+    "DigestConfig",
+    "DigestItem",
+    "DigestView",
+    "digest_config",
     "CONNECTED",
     "CONNECTING",
     "ChannelLink",

@@ -21,6 +21,7 @@ from django.utils.module_loading import import_string
 from pydantic import BaseModel
 
 from gateway_contract.cards import CardView
+from gateway_contract.digest import DigestView
 from gateway_contract.config import ChannelConfigBase, get_config_model
 from gateway_contract.links import ChannelLink
 from gateway_contract.registry import kind_spec
@@ -67,6 +68,10 @@ class Callback:
     # Or the answer as a form's inputs, {field name: text, list or bool}: the gateway reads them with the
     # question's schema (`answers.answer_from_inputs`), for a channel whose click carries no schema.
     answer_inputs: dict[str, Any] | None = None
+    # A digest's "Approve these N" (docs/policies.md, "Risk"): the digest's id, with `shown_ids` the calls its
+    # message offered (signed: `gateway_contract.signing.sign_digest_ids`). `confirmation_id` is the first of
+    # them. Each is decided on its own, with every check; a call the digest did not show, never.
+    digest_id: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +129,15 @@ class ChannelAdapter:
     def update_card(self, card: CardView, ref: MessageRef) -> None:
         """Redraw a posted card to show `card.status`; raise ChannelError on failure."""
         raise NotImplementedError
+
+    def post_digest(self, digest: DigestView, *, idempotency_key: str) -> MessageRef:
+        """Post one digest message (kinds with `ChannelKind.digests`): each call with its own Approve /
+        Reject, and "Approve these N" bound to exactly the calls shown; raise ChannelError on failure."""
+        raise NotImplementedError(f"{self.kind} channels do not send digests")
+
+    def update_digest(self, digest: DigestView, ref: MessageRef) -> None:
+        """Redraw a posted digest to show each call's state now; raise ChannelError on failure."""
+        raise NotImplementedError(f"{self.kind} channels do not send digests")
 
     def handle_callback(self, request: HttpRequest, decide: Decide) -> HttpResponse:
         """Verify and parse an inbound callback, call `decide`, answer the vendor.

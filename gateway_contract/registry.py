@@ -32,6 +32,9 @@ class ChannelKind:
     # Its cards can take a question's typed answer (docs/asking.md); a question to a channel of a
     # kind that cannot is refused when it is asked (400), naming the kind.
     questions: bool = False
+    # Its adapter posts digests (`post_digest`, `update_digest`) and its config takes a `digest:` key:
+    # the low-risk calls gathered into one message every N minutes (docs/policies.md, "Risk").
+    digests: bool = False
 
 
 CHANNEL_KINDS: dict[str, ChannelKind] = {
@@ -42,10 +45,16 @@ CHANNEL_KINDS: dict[str, ChannelKind] = {
         questions=True,
     ),
     "slack": ChannelKind(
-        "channels_ext.slack.config.SlackChannelConfig", "channels_ext.slack.adapter.SlackAdapter", questions=True
+        "channels_ext.slack.config.SlackChannelConfig",
+        "channels_ext.slack.adapter.SlackAdapter",
+        questions=True,
+        digests=True,
     ),
     "feishu": ChannelKind(
-        "channels_ext.feishu.config.FeishuChannelConfig", "channels_ext.feishu.adapter.FeishuAdapter", questions=True
+        "channels_ext.feishu.config.FeishuChannelConfig",
+        "channels_ext.feishu.adapter.FeishuAdapter",
+        questions=True,
+        digests=True,
     ),
     "teams": ChannelKind(
         "channels_ext.teams.config.TeamsChannelConfig",
@@ -99,6 +108,11 @@ def asks_questions(kind: str) -> bool:
 def question_kinds() -> list[str]:
     """The kinds whose cards take a question's answer, sorted."""
     return sorted(kind for kind, spec in CHANNEL_KINDS.items() if spec.questions)
+
+
+def takes_digests(kind: str) -> bool:
+    """Whether a kind's channels can gather calls into digests (`ChannelKind.digests`)."""
+    return kind_spec(kind).digests
 
 
 def has_turn_cards(kind: str) -> bool:

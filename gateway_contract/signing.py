@@ -44,3 +44,23 @@ def unsign_shown_ids(value: str) -> tuple[str, tuple[str, ...]]:
         raise CallbackError(400, "the list of calls this button decides is not one this gateway signed") from None
     lead, _, ids = text.partition(";")
     return lead, tuple(pk for pk in ids.split(",") if pk)
+
+
+# A digest's "Approve these N" carries the calls its message offered, signed together with the digest's
+# id: the click decides exactly those, and the core checks them against the digest's own record too.
+_DIGEST_SIGNER_SALT = "channels_ext.digest_button"
+
+
+def sign_digest_ids(digest_id: str, shown_ids: Sequence[str]) -> str:
+    """`<digest id>;<id>,<id>…:<signature>` (20 calls: about 780 characters)."""
+    return signing.Signer(salt=_DIGEST_SIGNER_SALT).sign(f"{digest_id};{','.join(map(str, shown_ids))}")
+
+
+def unsign_digest_ids(value: str) -> tuple[str, tuple[str, ...]]:
+    """(the digest's id, the calls offered) from a value `sign_digest_ids` made; CallbackError(400) otherwise."""
+    try:
+        text = signing.Signer(salt=_DIGEST_SIGNER_SALT).unsign(str(value))
+    except signing.BadSignature:
+        raise CallbackError(400, "the list of calls this digest button decides is not one this gateway signed") from None
+    digest, _, ids = text.partition(";")
+    return digest, tuple(pk for pk in ids.split(",") if pk)

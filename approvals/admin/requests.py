@@ -100,7 +100,7 @@ class ToolCallInline(ReadOnlyInline):
 class OutboxInline(ReadOnlyInline):
     model = Outbox
     verbose_name_plural = "Deliveries (outbox)"
-    fields = ("kind", "channel", "status", "attempts", "last_error", "created_at", "sent_at")
+    fields = ("kind", "channel", "status", "digest", "attempts", "last_error", "created_at", "sent_at")
     readonly_fields = fields
 
 
@@ -328,11 +328,11 @@ class ApproverResponseAdmin(TeamScoped, ReadOnlyAdmin):
 @admin.register(Outbox)
 class OutboxAdmin(TeamScoped, ReadOnlyAdmin):
     team_path = "confirmation__agent__team"
-    list_display = ("id", "kind", "channel", "status", "attempts", "last_error", "next_attempt_at", "created_at",
-                    "sent_at", "confirmation_link")  # fmt: skip
+    list_display = ("id", "kind", "channel", "status", "digest", "attempts", "last_error", "next_attempt_at",
+                    "created_at", "sent_at", "confirmation_link")  # fmt: skip
     list_filter = ("status", "kind", ("channel", TeamsOnlyFilter))
     search_fields = ("dedupe_key", "last_error")
-    list_select_related = ("channel", "confirmation")
+    list_select_related = ("channel", "confirmation", "digest", "digest__channel")
 
     @admin.display(description="request")
     def confirmation_link(self, obj: Outbox) -> str:

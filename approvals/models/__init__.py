@@ -8,7 +8,8 @@ The hooks keep their own small state in `hooks.models`.
 
 - `people`: teams, people, their chat identities, groups, stand-ins and one-time links; identity provider links;
 - `agents`: agents, their hook versions and API keys; channels;
-- `confirmations`: requests (states and moves), approvers' responses, events, callback receipts, the outbox;
+- `confirmations`: requests (states and moves), approvers' responses, events, callback receipts, the outbox,
+  digests;
 - `tool_calls`: every call an agent asked about, and grants;
 - `audit`: the tamper-evident chain's entries, heads and checkpoints.
 
@@ -37,6 +38,7 @@ from approvals.models.confirmations import (
     CallbackReceipt,
     ConfirmationEvent,
     ConfirmationRequest,
+    Digest,
     EventKind,
     Outbox,
     OutboxKind,
@@ -63,6 +65,7 @@ __all__ = [
     "Channel",
     "ConfirmationEvent",
     "ConfirmationRequest",
+    "Digest",
     "EventKind",
     "Grant",
     "GrantScope",

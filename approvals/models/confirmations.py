@@ -220,12 +220,36 @@ class OutboxKind(models.TextChoices):
     UPDATE = "update"  # redraw every posted card of the request
     REMIND = "remind"  # re-ping approvers
     WEBHOOK = "webhook"  # POST the final decision to the agent's callback_url
+    DIGEST = "digest"  # post a digest message (`Outbox.digest`)
+    DIGEST_UPDATE = "digest_update"  # redraw a posted digest message
 
 
 class OutboxStatus(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
     FAILED = "failed"
+    # A card kept for its channel's digest (docs/policies.md, "Risk"), never delivered on its own; once
+    # gathered, DIGESTED (its `digest` says which message shows it; none: decided before any did).
+    HELD = "held"
+    DIGESTED = "digested"
+
+
+class Digest(models.Model):
+    """One digest message: the calls of a channel gathered together (docs/policies.md, "Risk"), in the order
+    it lists them. Its "Approve these N" decides only calls of `shown_ids` — what the message showed."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="digests")
+    shown_ids = models.JSONField(default=list, help_text="The requests this digest lists, in order (uuid text).")
+    message_ref = models.JSONField(null=True, blank=True)  # where the message is, once posted
+    created_at = models.DateTimeField(auto_now_add=True)
+    posted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        count = len(self.shown_ids)
+        return f"digest {self.pk} → {self.channel.name} ({count} call{'' if count == 1 else 's'})"
 
 
 class Outbox(models.Model):
@@ -233,7 +257,7 @@ class Outbox(models.Model):
 
     confirmation = models.ForeignKey(ConfirmationRequest, on_delete=models.CASCADE, related_name="outbox")
     channel = models.ForeignKey(Channel, on_delete=models.PROTECT, null=True, blank=True)
-    kind = models.CharField(max_length=8, choices=OutboxKind.choices)
+    kind = models.CharField(max_length=16, choices=OutboxKind.choices)
     dedupe_key = models.CharField(max_length=200, unique=True)
     status = models.CharField(max_length=8, choices=OutboxStatus.choices, default=OutboxStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
@@ -247,10 +271,17 @@ class Outbox(models.Model):
     payload = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # A card gathered into a digest (status DIGESTED), or the digest a DIGEST / DIGEST_UPDATE row posts or
+    # redraws (its `confirmation`: the first call the digest shows, for the row's history).
+    digest = models.ForeignKey(Digest, on_delete=models.CASCADE, null=True, blank=True, related_name="outbox")
 
     class Meta:
         verbose_name_plural = "outbox"
-        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbox_due")]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="outbox_due"),
+            # the digest tick: a channel's held cards, oldest first
+            models.Index(fields=["channel", "created_at"], condition=Q(status="held"), name="outbox_held"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} → {self.channel or 'webhook'} [{self.status}]"

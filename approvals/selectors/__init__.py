@@ -9,6 +9,7 @@ package names the public ones.
 - `inbox`: requests as the people who decide them find them (by id, the inbox's lists);
 - `people`: who is whom (`person_of`, `owner_of`), whom a gate routes a request to, who may decide it;
 - `cards`: what a request's card shows (`card_view`), and the cards posted for it;
+- `digests`: what a digest message shows (`digest_view`), the digests that show a request;
 - `tool_calls`: the grants that cover a call or that a person sees, a call's record for audits;
 - `standing`: the people directory as it is at a click (below `people`; models only);
 - `people_teams`: which teams a person or a group belongs to, for the admin (reached as a module);
@@ -16,7 +17,7 @@ package names the public ones.
   approver and tool (`oversight_figures`), and when a request's card was shown (`card_shown_at`).
 
 Callers outside `approvals.selectors` use these names (`selectors.card_view(...)`); the modules import each
-other directly, never through this package, in one direction: `cards → people, requests`,
+other directly, never through this package, in one direction: `cards → people, requests`, `digests → requests`,
 `tool_calls → requests, teams`, `inbox → teams`, `oversight → people, teams`, `people → standing`, `people_teams → agents, teams`.
 """
 
@@ -40,6 +41,13 @@ from approvals.selectors.channels import (
     channel_names,
     channels_sending_direct_messages,
     pending_by_channel,
+)
+from approvals.selectors.digests import (
+    digest_lookup,
+    digest_state_key,
+    digest_view,
+    digested_risks,
+    digests_showing,
 )
 from approvals.selectors.inbox import (
     INBOX_LIMIT,
@@ -99,6 +107,11 @@ from approvals.selectors.tool_calls import (
 )
 
 __all__ = [
+    "digest_lookup",
+    "digest_state_key",
+    "digest_view",
+    "digested_risks",
+    "digests_showing",
     "DJANGO_USER_KINDS",
     "INBOX_LIMIT",
     "PEOPLE_PREFIXES",

@@ -9,7 +9,8 @@
 - `expiry`: requests expired at their deadline (a late click, a waiter, the sweep);
 - `timers`: requests reminded, warned of their deadline, escalated;
 - `records`: the events and outbox rows written beside a change;
-- `delivery`: the outbox's work done outside the database (cards, redraws, webhooks);
+- `delivery`: the outbox's work done outside the database (cards, redraws, webhooks); a digest's in `digest_delivery`;
+- `digests`: cards kept for their channel's digest, gathered into digest messages by beat's tick;
 - `agents`: the config file applied, an agent's hooks versioned, the read-only switch;
 - `api_keys`: keys created, revoked, touched;
 - `audit`: the tamper-evident chain appended to with every chained write (docs/audit.md);
@@ -37,6 +38,7 @@ from approvals.services.confirmations import (
     confirmation_transition,
 )
 from approvals.services.delivery import outbox_claim, outbox_deliver, outbox_due_ids
+from approvals.services.digests import digests_gather
 from approvals.services.expiry import confirmation_expire, confirmation_expire_due, confirmations_expire
 from approvals.services.grants import grant_revoke, grants_end_session
 from approvals.services.lifecycle import hook_event_run, result_size
@@ -92,6 +94,7 @@ __all__ = [
     "confirmation_warn",
     "confirmations_expire",
     "confirmations_respond",
+    "digests_gather",
     "event_record",
     "grant_revoke",
     "grants_end_session",

@@ -28,7 +28,9 @@ from approvals.models import (
     CallbackReceipt,
     ConfirmationEvent,
     ConfirmationRequest,
+    Digest,
     Grant,
+    Outbox,
     ToolCall,
 )
 from approvals.services.audit import audit_append
@@ -97,6 +99,8 @@ def audit_purge(*, older_than: dt.timedelta, now: dt.datetime | None = None) -> 
         with transaction.atomic():
             _purge_chain(agent_id, result)
     CallbackReceipt.objects.filter(created_at__lt=result.cutoff).delete()
+    # A digest goes with the last of its calls (their card rows, which name it, went with them).
+    Digest.objects.filter(created_at__lt=result.cutoff).exclude(Exists(Outbox.objects.filter(digest=OuterRef("pk")))).delete()
     return result
 
 

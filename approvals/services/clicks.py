@@ -1,5 +1,5 @@
 """An approver's click, from any channel: on one request, on several (the inbox's batch), on a turn
-card's "all" — each request decided on its own, exactly once (`responses.click_apply`, under its row lock),
+card's "all", on a digest's "Approve these N" — each request decided on its own, exactly once (`responses.click_apply`, under its row lock),
 and the card drawn after commit."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from approvals.models import ConfirmationRequest, EventKind, OutboxKind, Status
 from approvals.services.records import event_record, redraw_add
 from approvals.services.replay import in_a_transaction_served_again_if_dropped
 from approvals.services.responses import DuplicateClick, OnBehalf, click_apply
+from approvals.types import RiskLevel
 from gateway_contract import Callback, DecisionOutcome
 
 
@@ -47,6 +48,8 @@ def confirmation_respond(
     """
     if on_behalf is not None and with_card:
         raise ValueError("on_behalf draws no card: pass with_card=False")
+    if callback.digest_id:
+        return _respond_digest(channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind)
     if callback.whole_turn:
         return _respond_whole_turn(
             channel_name=channel_name, callback=callback, as_admin=as_admin, actor_kind=actor_kind, on_behalf=on_behalf
@@ -194,3 +197,57 @@ def _shown_refusal(
     return DecisionOutcome(
         applied=False, code=code, message=message, card=selectors.card_view(owner, channel_name=channel_name)
     )
+
+
+NOT_IN_DIGEST = "This click names calls that this digest does not show, so nothing was changed."
+
+
+def _respond_digest(*, channel_name: str, callback: Callback, as_admin: bool, actor_kind: str) -> DecisionOutcome:
+    """A digest's "Approve these N" (docs/policies.md, "Risk"): decides the still-pending calls among those
+    the clicked message showed (`callback.shown_ids`, signed into the button), each on its own
+    (`confirmations_respond`: its own lock, approver checks and conditional UPDATE, so exactly once).
+
+    A click naming no calls, a call the digest's record does not list, or coming through another channel
+    than the digest's decides nothing at all (recorded as a refused click on the digest's first call). A
+    call gathered into a later digest is not among the shown ones: it stays pending. A repeat of the click
+    names calls decided already: it changes nothing more.
+    """
+    digest = selectors.digest_lookup(callback.digest_id)
+    if digest is None or not digest.shown_ids:
+        return DecisionOutcome(applied=False, code="not_found", message="This digest no longer exists.", card=None)
+    shown = tuple(callback.shown_ids or ())
+    listed = set(digest.shown_ids)
+    if not shown or not set(shown) <= listed or channel_name != digest.channel.name:
+        actor = f"{actor_kind or digest.channel.kind}:{callback.actor}"
+        data = {"name": callback.actor_name or callback.actor, "digest": digest.pk, "not_shown": sorted(set(shown) - listed)[:20]}
+        with transaction.atomic():
+            event_record(
+                digest.shown_ids[0], EventKind.REFUSED_CLICK, actor=actor, channel=channel_name, message=NOT_IN_DIGEST,
+                data=data,
+            )  # fmt: skip
+        return DecisionOutcome(applied=False, code="not_on_card", message=NOT_IN_DIGEST, card=None)
+    # High-risk calls are never digested; one listed anyway (a digest row edited in the database: its ids are
+    # not signed, a request's risk is) is not approved from here.
+    rows = ConfirmationRequest.objects.filter(pk__in=shown, status=Status.PENDING)
+    pending = list(rows.exclude(risk=RiskLevel.HIGH).values_list("pk", flat=True))
+    high = rows.filter(risk=RiskLevel.HIGH).count()
+    order = {pk: n for n, pk in enumerate(shown)}
+    pending.sort(key=lambda pk: order[str(pk)])
+    # Approved as proposed: an edit or a scope belongs to one call.
+    one = dataclasses.replace(callback, edits=None, typed_edits=None, grant=None, digest_id="", shown_ids=None)
+    results = confirmations_respond(
+        channel_name=channel_name, callback=one, confirmation_ids=pending, as_admin=as_admin, actor_kind=actor_kind
+    )
+    applied = [pk for pk, o in results if o.applied]
+    refused = [o for _, o in results if not o.applied]
+    left_high = f" {high} high-risk call(s) left pending: decide each on its own." if high else ""
+    if not pending:
+        message = "Nothing was changed." + (left_high or " The calls this digest showed are decided already.")
+        return DecisionOutcome(applied=False, code="already_decided", message=message, card=None)
+    verb = "Approved" if callback.decision == "approve" else "Rejected"
+    message = f"{verb} {len(applied)} call(s) of this digest." if applied else "Nothing was changed."
+    if refused:
+        message += f" {len(refused)} left unchanged: {refused[0].message}"
+    message += left_high
+    code = "decided" if applied else refused[0].code
+    return DecisionOutcome(applied=bool(applied), code=code, message=message, card=None)

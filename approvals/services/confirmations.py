@@ -38,6 +38,7 @@ from approvals.models import (
     Status,
 )
 from approvals.services.audit import audit_append
+from approvals.services.digests import holds_card
 from approvals.services.records import (
     Insert,
     event_record,
@@ -100,15 +101,16 @@ def confirmation_create(
     if spec.escalate_channel:
         escalate_channel = Channel.objects.filter(name=spec.escalate_channel).first()
     lead_id = None
-    if turn_id and has_turn_cards(channel.kind):
-        first = (
-            ConfirmationRequest.objects.filter(
-                agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING, channel=channel
-            )
-            .order_by("created_at")
-            .values_list("pk", "batch_lead_id")
-            .first()
+    # A card its channel's digest gathers is kept back (docs/policies.md, "Risk"); such a call neither
+    # joins a turn's card nor is joined: it is listed, and decided, on its own line of a digest.
+    held = holds_card(channel, risk=spec.risk, kind=kind)
+    if turn_id and has_turn_cards(channel.kind) and not held:
+        turn = ConfirmationRequest.objects.filter(
+            agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING, channel=channel
         )
+        if gathered := selectors.digested_risks(channel):
+            turn = turn.exclude(risk__in=gathered)
+        first = turn.order_by("created_at").values_list("pk", "batch_lead_id").first()
         if first is not None:
             lead_id = first[1] or first[0]
     # `group:` / `person:` approvers and stand-ins routed now, to the channel's own ids (docs/approving.md, "People").
@@ -169,6 +171,8 @@ def confirmation_create(
         # The request, its `created` event, its card (and, on the web page, the card's `card_posted`
         # event): one statement. (The ORM's save machinery costs more than an INSERT, on every request.)
         card, posted = _card_rows(confirmation, channel, dedupe_key=f"{confirmation.id}:card:{channel.name}")
+        if held:
+            card.status = OutboxStatus.HELD  # posted with its channel's next digest (approvals.services.digests)
         inserts = [Insert(confirmation), Insert(created), Insert(card, unless_conflict="dedupe_key")]
         written = rows_insert([*inserts, *([Insert(posted, after=2)] if posted is not None else [])])
         audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)

@@ -22,6 +22,7 @@ from django.utils import timezone
 from approvals import selectors
 from approvals.models import Channel, ConfirmationRequest, EventKind, Outbox, OutboxKind, OutboxStatus, Status
 from approvals.services.confirmations import confirmation_transition
+from approvals.services.digest_delivery import digest_failed, digest_perform, digest_posted, digests_redraw_for
 from approvals.services.records import event_record, outbox_add
 from approvals.types import SYSTEM_ACTOR, DeliveryResult
 from approvals.webhooks import send_decision_webhook
@@ -116,6 +117,8 @@ def _deliver(row: Outbox) -> DeliveryResult:
         if row.kind == OutboxKind.CARD:
             event_record(row.confirmation, EventKind.CARD_POSTED, channel=row.channel.name, data={"ref": message_ref})
             _redraw_if_changed_in_flight(row, drawn)
+        elif row.kind == OutboxKind.DIGEST:
+            digest_posted(row, message_ref, drawn)
         elif row.kind == OutboxKind.WEBHOOK:
             event_record(
                 row.confirmation,
@@ -127,7 +130,13 @@ def _deliver(row: Outbox) -> DeliveryResult:
 
 
 # What each outbox row's kind does to a card (`gateway_card_deliveries_total{operation}`).
-_CARD_OPERATIONS = {OutboxKind.CARD: "post", OutboxKind.UPDATE: "update", OutboxKind.REMIND: "remind"}
+_CARD_OPERATIONS = {
+    OutboxKind.CARD: "post",
+    OutboxKind.UPDATE: "update",
+    OutboxKind.REMIND: "remind",
+    OutboxKind.DIGEST: "digest",
+    OutboxKind.DIGEST_UPDATE: "digest_update",
+}
 
 
 def _count(row: Outbox, outcome: str, *, error: str = "") -> None:
@@ -179,6 +188,8 @@ def _redraw_if_changed_in_flight(row: Outbox, drawn: Any) -> None:
 def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
     """Do the outside work of one row: (message reference to store, card drawn if any)."""
     confirmation = row.confirmation
+    if row.kind in (OutboxKind.DIGEST, OutboxKind.DIGEST_UPDATE):
+        return digest_perform(row)
     if row.kind == OutboxKind.CARD:
         adapter = selectors.channel_adapter(row.channel)
         card = selectors.card_view(confirmation, channel_name=row.channel.name)
@@ -196,6 +207,8 @@ def _perform(row: Outbox) -> tuple[dict[str, Any] | None, Any]:
             else:
                 adapter.update_card(card, ref)
                 _update_until_current(adapter, card_row, card, ref)
+        if row.kind == OutboxKind.UPDATE:
+            digests_redraw_for(confirmation.pk)  # a digest that lists it is redrawn too (a row of its own)
         return None, None
     if row.kind == OutboxKind.WEBHOOK:
         send_decision_webhook(confirmation)
@@ -250,6 +263,8 @@ def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
             if row.kind == OutboxKind.CARD:
                 event_record(row.confirmation, EventKind.CARD_FAILED, channel=row.channel.name, message=exc.message)
                 _fail_closed_if_undelivered(row, exc)
+            elif row.kind == OutboxKind.DIGEST:
+                digest_failed(row, exc)
             elif row.kind == OutboxKind.WEBHOOK:
                 event_record(
                     row.confirmation, EventKind.WEBHOOK_FAILED, message=exc.message, data={"attempt": row.attempts}
@@ -270,7 +285,9 @@ def _delivery_failed(row: Outbox, exc: DeliveryFailed) -> DeliveryResult:
 def _fail_closed_if_undelivered(row: Outbox, exc: DeliveryFailed) -> None:
     """No card can reach anyone: deny rather than leave the agent waiting on nothing."""
     others = Outbox.objects.filter(confirmation_id=row.confirmation_id, kind=OutboxKind.CARD).exclude(pk=row.pk)
-    if others.filter(status__in=[OutboxStatus.SENT, OutboxStatus.PENDING]).exists():
+    # (a card kept for a digest, or shown on one, still reaches someone)
+    alive = [OutboxStatus.SENT, OutboxStatus.PENDING, OutboxStatus.HELD, OutboxStatus.DIGESTED]
+    if others.filter(status__in=alive).exists():
         return
     # The calls of its turn shown on this card can reach nobody either.
     members = ConfirmationRequest.objects.filter(batch_lead_id=row.confirmation_id, status=Status.PENDING)

@@ -152,8 +152,9 @@ def _outbox_insert(outbox: Outbox, *, where: str = "", params: dict[str, Any] | 
 
 def outbox_queued(outbox: Outbox) -> None:
     """A new outbox row just written: queued for a worker once the transaction commits — unless it was
-    written as done already (`status=SENT`: a card that is the gateway's own page)."""
-    if outbox.status != OutboxStatus.SENT:
+    written as done already (`status=SENT`: a card that is the gateway's own page) or kept for its
+    channel's digest (`status=HELD`: approvals.services.digests)."""
+    if outbox.status == OutboxStatus.PENDING:
         transaction.on_commit(lambda: enqueue(DELIVER_OUTBOX_TASK, outbox.pk), robust=True)
 
 

@@ -23,7 +23,6 @@ import hashlib
 import hmac
 import json
 import logging
-import math
 import time
 import re
 from collections.abc import Callable, Mapping
@@ -46,7 +45,6 @@ from lark_oapi.core.exception import (
     ObtainAccessTokenException,
     UnmarshalException,
 )
-from lark_oapi.core.token.manager import TokenManager
 from lark_oapi.core.utils import AESCipher
 from lark_oapi.event.callback.model.p2_card_action_trigger import (
     P2CardActionTrigger,
@@ -61,15 +59,19 @@ from gateway_contract import (
     ChannelError,
     Decide,
     DecisionOutcome,
+    DigestView,
     MessageRef,
     unsign_confirmation_id,
+    unsign_digest_ids,
 )
 from channels_ext.cardkit import shown_ids, typed_edits
 from gateway_contract.links import ChannelLink
 from channels_ext.feishu import question_cards
 from channels_ext.feishu.cards import EDIT_INPUT_PREFIX, MAX_EDIT_FIELDS, REASON_INPUT_NAME
 from channels_ext.feishu.cards import render_card as render_approval_card
+from channels_ext.feishu.api_errors import TOKEN_REFUSED_CODES, api_error, forget_tenant_token, log_id, token_error
 from channels_ext.feishu.config import FeishuChannelConfig
+from channels_ext.feishu.digest import render_digest
 from channels_ext.feishu.connection import FeishuLongConnectionLink
 
 # Feishu keeps a `uuid` for an hour to de-duplicate sends, and allows at most 50 characters.
@@ -85,38 +87,8 @@ URL_VERIFICATION = "url_verification"
 TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"
 NONCE_HEADER = "X-Lark-Request-Nonce"
 SIGNATURE_HEADER = "X-Lark-Signature"
-LOG_ID_HEADER = "X-Tt-Logid"
-# https://open.feishu.cn/document/server-docs/api-call-guide/frequency-control
-RATE_LIMIT_RESET_HEADER = "x-ogw-ratelimit-reset"
-
-# 99991400: the API gateway's frequency limit (HTTP 429, or 400 on older APIs);
-# 230020: the per-chat send limit of the IM API.
-_RATE_LIMIT_CODES = frozenset({99991400, 230020})
-# The tenant token was missing or refused: lark-oapi may be holding a revoked one.
-_TOKEN_REFUSED_CODES = frozenset({99991661, 99991663})
 # A Feishu user's open_id, as the contact and message APIs take it.
 _OPEN_ID = re.compile(r"^ou_[0-9A-Za-z]+$")
-# Token endpoint: 10003 invalid app_id, 10014 app secret invalid.
-_CREDENTIAL_CODES = frozenset({10003, 10014})
-# Answers that retrying cannot change, even when Feishu sends them with HTTP 200.
-_PERMANENT_CODES = frozenset({
-    *_TOKEN_REFUSED_CODES,
-    *_CREDENTIAL_CODES,
-    230001,  # invalid request parameter (e.g. an unknown chat_id, a malformed card)
-    230002,  # the bot is not in the chat
-    230006,  # the app's bot ability is not enabled
-    230027,  # the app lacks a permission
-    230099,  # the card JSON was refused
-    99991672,  # the app lacks the API scope
-})
-_HINTS = {
-    230002: "add the app's bot to the chat",
-    230006: "enable the bot ability of the app and publish a version",
-    230027: "grant the app the im:message:send_as_bot permission",
-    99991672: "grant the app the im:message:send_as_bot permission",
-    10003: "check the channel's app_id",
-    10014: "check the channel's app_secret",
-}
 
 LEGACY_CALLBACK_MESSAGE = (
     "This is a legacy message-card callback (card JSON 1.0, the 'message card request URL'). "
@@ -157,11 +129,26 @@ class FeishuAdapter(ChannelAdapter):
 
     def post_card(self, card: CardView, *, idempotency_key: str) -> MessageRef:
         """Send the card to the configured chat; Feishu de-duplicates on `idempotency_key` for an hour."""
+        return self._send_card(render_card(card), idempotency_key)
+
+    def update_card(self, card: CardView, ref: MessageRef) -> None:
+        """Redraw a posted card in place (`PATCH /im/v1/messages/{message_id}`)."""
+        self._patch_card(render_card(card), ref)
+
+    def post_digest(self, view: DigestView, *, idempotency_key: str) -> MessageRef:
+        """Send a digest card (docs/feishu.md, "Digests"), de-duplicated as a card is."""
+        return self._send_card(render_digest(view), idempotency_key)
+
+    def update_digest(self, view: DigestView, ref: MessageRef) -> None:
+        """Redraw a posted digest in place: each call's state, buttons only for what is still pending."""
+        self._patch_card(render_digest(view), ref)
+
+    def _send_card(self, content: dict[str, Any], idempotency_key: str) -> MessageRef:
         body = (
             CreateMessageRequestBody.builder()
             .receive_id(self.config.chat_id)
             .msg_type("interactive")
-            .content(json.dumps(render_card(card), ensure_ascii=False))
+            .content(json.dumps(content, ensure_ascii=False))
             .uuid(feishu_uuid(idempotency_key))
             .build()
         )
@@ -173,15 +160,14 @@ class FeishuAdapter(ChannelAdapter):
         response = self._call("send the card", send)
         message = response.data
         if message is None or not message.message_id:
-            raise ChannelError(f"Feishu accepted the card but returned no message_id (log id {_log_id(response)})")
+            raise ChannelError(f"Feishu accepted the card but returned no message_id (log id {log_id(response)})")
         return MessageRef({"message_id": message.message_id, "chat_id": message.chat_id or self.config.chat_id})
 
-    def update_card(self, card: CardView, ref: MessageRef) -> None:
-        """Redraw a posted card in place (`PATCH /im/v1/messages/{message_id}`)."""
+    def _patch_card(self, content: dict[str, Any], ref: MessageRef) -> None:
         message_id = ref.data.get("message_id")
         if not message_id:
             raise ChannelError(f"Feishu message reference {ref.data!r} has no message_id", permanent=True)
-        body = PatchMessageRequestBody.builder().content(json.dumps(render_card(card), ensure_ascii=False)).build()
+        body = PatchMessageRequestBody.builder().content(json.dumps(content, ensure_ascii=False)).build()
 
         def send() -> PatchMessageResponse:
             request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
@@ -229,14 +215,14 @@ class FeishuAdapter(ChannelAdapter):
 
     def _call(self, action: str, send: Callable[[], Response]) -> Response:
         response = self._send(action, send)
-        if response.code in _TOKEN_REFUSED_CODES:
+        if response.code in TOKEN_REFUSED_CODES:
             # lark-oapi caches a tenant token process-wide for its whole lifetime and never
             # drops one Feishu has revoked (e.g. after the app secret was reset): forget it
             # and try once more with a fresh token before calling the credentials bad.
-            _forget_tenant_token(self.config.app_id)
+            forget_tenant_token(self.config.app_id)
             response = self._send(action, send)
         if not response.success():
-            raise _api_error(action, response)
+            raise api_error(action, response)
         return response
 
     def _send(self, action: str, send: Callable[[], Response]) -> Response:
@@ -245,7 +231,7 @@ class FeishuAdapter(ChannelAdapter):
         try:
             return send()
         except ObtainAccessTokenException as exc:
-            raise _token_error(self.config.app_id, exc.code, exc.msg) from exc
+            raise token_error(self.config.app_id, exc.code, exc.msg) from exc
         except NoAuthorizationException as exc:
             raise ChannelError(f"Feishu channel {self.name!r}: {exc.msg}", permanent=True) from exc
         except requests.RequestException as exc:
@@ -385,10 +371,16 @@ class FeishuAdapter(ChannelAdapter):
         the transport's own delivery id, used when the payload has no event_id.
         Raises CallbackError(400) for a click that is not on one of our buttons.
         """
-        callback = parse_card_action(_with_decoded_values(payload))
+        payload = _with_decoded_values(payload)
+        callback = parse_card_action(payload)
         if not callback.dedupe_key and dedupe_key:
             callback = dataclasses.replace(callback, dedupe_key=dedupe_key)
-        return click_answer(decide(callback))
+        outcome = decide(callback)
+        if payload["event"]["action"]["value"].get("in_digest") is True:
+            # A button of a digest card: answered with a toast alone — the request's own card would replace
+            # the digest on the clicker's screen; the digest is redrawn through the outbox.
+            outcome = dataclasses.replace(outcome, card=None)
+        return click_answer(outcome)
 
     def answer_connection_event(self, body: bytes, decide: Decide, *, delivery_id: str = "") -> dict[str, Any] | None:
         """A payload from the long connection (an EVENT or a CARD frame): what to answer in its response frame.
@@ -455,6 +447,14 @@ def parse_card_action(payload: dict[str, Any]) -> Callback:
             answer=value.get("answer"),
             answer_inputs=question_cards.form_inputs(form_value) if value.get("form") is True else None,
         )
+    if value.get("digest") is not None:  # a digest's "Approve these N": the calls it carries, signed
+        digest_id, ids = unsign_digest_ids(str(value["digest"]))
+        if decision != "approve" or not ids or ids[0] != confirmation_id:
+            raise CallbackError(400, "the digest button's value does not name the calls it approves")
+        return Callback(
+            confirmation_id=confirmation_id, decision="approve", actor=actor, dedupe_key=str(header.get("event_id") or ""),
+            digest_id=digest_id, shown_ids=ids,
+        )  # fmt: skip
     reason = ""
     if decision == "reject":
         typed = form_value.get(REASON_INPUT_NAME)
@@ -562,50 +562,3 @@ def _check_timestamp(raw: str) -> None:
 
 def _digest_matches(expected_hex: str, received: str) -> bool:
     return hmac.compare_digest(expected_hex.encode(), received.strip().lower().encode())
-
-
-def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
-    # RawResponse.headers is a plain dict of the names as the server sent them.
-    for key, value in (headers or {}).items():
-        if key.lower() == name.lower():
-            return value
-    return None
-
-
-def _log_id(response: lark.BaseResponse) -> str:
-    return _header(response.raw.headers if response.raw else None, LOG_ID_HEADER) or "-"
-
-
-def _retry_after(response: lark.BaseResponse) -> float | None:
-    raw = _header(response.raw.headers if response.raw else None, RATE_LIMIT_RESET_HEADER)
-    try:
-        seconds = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _api_error(action: str, response: lark.BaseResponse) -> ChannelError:
-    status = response.raw.status_code if response.raw else None
-    code = response.code
-    message = f"Feishu could not {action}: code {code}: {response.msg} (HTTP {status}, log id {_log_id(response)})"
-    if code in _HINTS:
-        message += f"; {_HINTS[code]}"
-    if status == 429 or code in _RATE_LIMIT_CODES:
-        return ChannelError(message, retry_after=_retry_after(response), code=str(code))
-    if code in _PERMANENT_CODES or (status is not None and 400 <= status < 500):
-        return ChannelError(message, permanent=True, code=str(code))
-    return ChannelError(message, code=str(code))
-
-
-def _token_error(app_id: str, code: int | None, msg: str | None) -> ChannelError:
-    message = f"Feishu refused a tenant access token for app {app_id}: code {code}: {msg}"
-    if code in _HINTS:
-        message += f"; {_HINTS[code]}"
-    return ChannelError(message, permanent=code in _CREDENTIAL_CODES, code=str(code))
-
-
-def _forget_tenant_token(app_id: str) -> None:
-    # Key format of lark-oapi 1.7.5's TokenManager.get_self_tenant_token; an expiry
-    # in the past makes LocalCache.get drop the entry.
-    TokenManager.cache.set(f"self_tenant_token:{app_id}", "", 0)

@@ -77,7 +77,7 @@ def mention(user_id: str, name: str = "") -> str:
     return safe_text(actor_label(user_id, name), SHORT_LIMIT)
 
 
-def _argument_lines(tool_args: dict[str, Any]) -> list[str]:
+def argument_lines(tool_args: dict[str, Any]) -> list[str]:
     if not tool_args:
         return ["(no arguments)"]
     return [
@@ -95,7 +95,7 @@ def _details(card: CardView) -> str:
         f"**Agent:** {safe_text(card.agent, SHORT_LIMIT)}",
         f"**Tool:** {safe_text(card.tool_name, SHORT_LIMIT)}",
         "**Arguments:**",
-        *_argument_lines(card.tool_args),
+        *argument_lines(card.tool_args),
         f"**End user:** {mention(card.user_id) if card.user_id else '(unknown)'}",
         f"**Why:** {why}{hook}",
     ]
@@ -151,7 +151,7 @@ def _status_lines(card: CardView) -> list[str]:
     lines = []
     if card.edited and card.approved_args is not None:
         lines.append("**Approved arguments** (edited by the approver):")
-        lines.extend(_argument_lines(card.approved_args))
+        lines.extend(argument_lines(card.approved_args))
     if card.is_pending or card.pending_items:
         if card.expires_at is not None:
             lines.append(f"**Expires:** {format_time(card.expires_at)} ({time_left(card.expires_at)})")
@@ -274,7 +274,7 @@ def action_elements(confirmation_id: str) -> list[dict[str, Any]]:
 
 
 def _item_line(number: int, item: Any) -> str:
-    args = "; ".join(line.removeprefix("- ") for line in _argument_lines(item.tool_args))
+    args = "; ".join(line.removeprefix("- ") for line in argument_lines(item.tool_args))
     risk = risk_word(item.risk)
     line = f"**{number}.** {RISK_ICONS[risk]} {safe_text(item.tool_name, SHORT_LIMIT)} ({risk} risk) — {args}"
     if not item.is_pending:

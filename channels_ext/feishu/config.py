@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from gateway_contract import (
     ChannelConfigBase,
+    DigestConfig,
     needed_in_mode,
     not_blank_in_mode,
     secret,
@@ -36,6 +37,9 @@ class FeishuChannelConfig(ChannelConfigBase):
     encrypt_key: str = secret("")  # empty = plain callbacks (mode: http)
     chat_id: str = Field(min_length=1)
     api_base_url: str = "https://open.feishu.cn"
+    digest: DigestConfig | None = Field(
+        None, description="gather calls of these risks into one card every N minutes (docs/feishu.md, Digests)"
+    )
 
     @field_validator("verification_token", mode="before")
     @classmethod

@@ -34,14 +34,16 @@ from gateway_contract import (
     ChannelAdapter,
     ChannelError,
     Decide,
+    DigestView,
     MessageRef,
     sign_confirmation_id,
     split_actor,
     unsign_confirmation_id,
+    unsign_digest_ids,
 )
 from gateway_contract.links import ChannelLink
 from gateway_contract import answers
-from channels_ext.slack import cards, question_cards
+from channels_ext.slack import cards, digest, question_cards
 from channels_ext.slack.api_errors import api_error
 from channels_ext.slack.config import SlackChannelConfig
 from channels_ext.slack.connection import SlackSocketModeLink
@@ -127,6 +129,29 @@ class SlackAdapter(ChannelAdapter):
                 ts=ts,
                 text=_fallback(card),
                 blocks=_blocks(card),
+            ),
+        )
+
+    def post_digest(self, view: DigestView, *, idempotency_key: str) -> MessageRef:
+        """Post a digest message (docs/slack.md, "Digests"); like a card, never posted twice by the caller."""
+        response = self._call(
+            "chat.postMessage",
+            lambda: self.client.chat_postMessage(
+                channel=self.config.channel_id, text=digest.digest_fallback(view), blocks=digest.digest_blocks(view)
+            ),
+        )
+        channel, ts = response.get("channel"), response.get("ts")
+        if not isinstance(channel, str) or not isinstance(ts, str):
+            raise ChannelError("slack chat.postMessage failed: the answer has no channel or ts")
+        return MessageRef({"channel": channel, "ts": ts})
+
+    def update_digest(self, view: DigestView, ref: MessageRef) -> None:
+        """Redraw a posted digest: each call's state, buttons only for what is still pending."""
+        channel, ts = self._locate(ref)
+        self._call(
+            "chat.update",
+            lambda: self.client.chat_update(
+                channel=channel, ts=ts, text=digest.digest_fallback(view), blocks=digest.digest_blocks(view)
             ),
         )
 
@@ -262,6 +287,8 @@ class SlackAdapter(ChannelAdapter):
         action_id = action.action_id
         if question_cards.is_question_action(action_id):
             return self._on_question_click(payload, decide, dedupe_key)
+        if action_id == digest.APPROVE_DIGEST_ACTION_ID:
+            return self._on_digest_click(payload, decide, dedupe_key)
         grant = grant_index(action_id)
         known = (
             cards.APPROVE_ACTION_ID, cards.REJECT_ACTION_ID, cards.EDIT_BUTTON_ACTION_ID,
@@ -331,6 +358,19 @@ class SlackAdapter(ChannelAdapter):
         dumped = metadata.model_dump_json(exclude=None if whole_turn else {"whole_turn", "shown"})
         self._open_modal(payload, cards.reject_modal(outcome.card, private_metadata=dumped), outcome.card, "the rejection form")
         return None
+
+    def _on_digest_click(self, payload: BlockActions, decide: Decide, dedupe_key: str) -> None:
+        """"Approve these N": the calls the button carries (signed with the digest's id), each decided on its own."""
+        digest_id, shown_ids = unsign_digest_ids(payload.actions[0].value)
+        if not digest_id or not shown_ids:
+            raise CallbackError(400, "the digest button names no calls")
+        outcome = decide(
+            Callback(
+                confirmation_id=shown_ids[0], decision="approve", actor=payload.user.id,
+                actor_name=payload.user.display_name, dedupe_key=dedupe_key, digest_id=digest_id, shown_ids=shown_ids,
+            )
+        )  # fmt: skip
+        self._tell_clicker(payload.response_url, cards.escape(outcome.message))
 
     def _on_question_click(self, payload: BlockActions, decide: Decide, dedupe_key: str) -> None:
         """An option button or the select menu answers at once; the Answer button opens the modal."""

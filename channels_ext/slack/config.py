@@ -16,6 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from gateway_contract import (
     ChannelConfigBase,
+    DigestConfig,
     needed_in_mode,
     not_blank_in_mode,
     secret,
@@ -41,6 +42,9 @@ class SlackChannelConfig(ChannelConfigBase):
     )
     channel_id: str = Field(min_length=1)
     api_base_url: str = "https://slack.com/api/"
+    digest: DigestConfig | None = Field(
+        None, description="gather calls of these risks into one message every N minutes (docs/slack.md, Digests)"
+    )
 
     @field_validator("signing_secret", mode="before")
     @classmethod

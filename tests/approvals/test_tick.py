@@ -54,7 +54,7 @@ def test_one_tick_expires_relays_and_reminds_and_the_next_only_expires(payments_
 
     done = tasks.tick.apply().get()
 
-    assert set(done) == {"expire", "relay", "timers"}
+    assert set(done) == {"expire", "relay", "timers", "digests"}
     assert done["expire"] == 1 and ConfirmationRequest.objects.get(pk=late).status == "expired"
     assert done["timers"]["reminded"] == 1
     assert ConfirmationEvent.objects.filter(confirmation_id=reminded, kind="reminded").count() == 1
