@@ -156,7 +156,7 @@ def test_twenty_low_risk_calls_go_out_as_one_digest_and_approve_these_twenty_dec
         # A high-risk call on the same channel is posted at once, on its own card.
         wire = ask(agent, HIGH_TOOL, 99)
         wait_until(lambda: len(fake_slack.calls("chat.postMessage")) == 1, what="the high-risk card")
-        assert fake_slack.calls("chat.postMessage")[0].json["text"].startswith("Approval needed")
+        assert fake_slack.calls("chat.postMessage")[0].json["text"].startswith("🔴 High risk. Approval needed")
         wait_until(lambda: Outbox.objects.get(confirmation_id=wire, kind="card").status == "sent", what="the card sent")
 
         assert gather_now() == 1
