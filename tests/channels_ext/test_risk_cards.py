@@ -142,7 +142,10 @@ channels:
     high, _low = pay(agent, 20000), pay(agent, 5)
     deliver_outbox()
 
-    first, second = (message.sent_card for message in fake_feishu.sent_messages())
+    # The two cards are posted by the worker in either order: told apart by their amount.
+    cards = sorted((message.sent_card for message in fake_feishu.sent_messages()), key=lambda c: "20000" not in markdown(c))
+    first, second = cards
+    assert "20000" in markdown(first) and "20000" not in markdown(second)
     assert first["header"]["text_tag_list"] == [
         {"tag": "text_tag", "text": {"tag": "plain_text", "content": "Risk: high"}, "color": "red"}
     ]
