@@ -143,11 +143,14 @@ def on_behalf_of(confirmation: ConfirmationRequest | ConfirmationState) -> str:
 
 
 def posted_cards(confirmation: ConfirmationRequest) -> list[Outbox]:
-    """Every card that shows this request (to redraw them all at each state change): its own, and
-    for a call of a turn, its turn's card (`Outbox.confirmation` is the request whose card it is)."""
+    """Every card that shows this request (to redraw them all at each state change), in the order they
+    were posted: its own, and for a call of a turn, its turn's card (`Outbox.confirmation` is the request
+    whose card it is)."""
     owners = {confirmation.pk, confirmation.batch_lead_id} - {None}
     return list(
         Outbox.objects.select_related(
             "channel", "confirmation", "confirmation__agent", "confirmation__channel", "confirmation__escalate_channel"
-        ).filter(confirmation_id__in=owners, kind=OutboxKind.CARD, status=OutboxStatus.SENT)
+        )
+        .filter(confirmation_id__in=owners, kind=OutboxKind.CARD, status=OutboxStatus.SENT)
+        .order_by("created_at", "pk")  # as they were posted: a table's physical order is no order
     )
