@@ -49,7 +49,7 @@ def fill_database(tool_calls: int, pending: int, *, agent_id: int, channel_id: i
                     hook_name, config_version, decided_by, decision_reason, expires_at, on_timeout,
                     escalate_approvers, callback_url, created_at, arg_edits, args_fingerprint, decided_by_name,
                     editable_paths, edit_types, grant_options, turn_id, approver_people, escalate_approver_people,
-                    kind, decision_mac)
+                    kind, decision_mac, risk)
                 SELECT gen_random_uuid(), %s, 'grow', 'oa__pay', jsonb_build_object('n', g), '', '', '{{}}', %s,
                     '[]', 1, false, 'pending', '', 'pay-gate', 1, '', '',
                     now() + interval '1 hour' + make_interval(secs => mod(g, 3600)), 'deny', '[]', '', now(),
