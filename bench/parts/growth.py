@@ -53,7 +53,7 @@ def fill_database(tool_calls: int, pending: int, *, agent_id: int, channel_id: i
                 SELECT gen_random_uuid(), %s, 'grow', 'oa__pay', jsonb_build_object('n', g), '', '', '{{}}', %s,
                     '[]', 1, false, 'pending', '', 'pay-gate', 1, '', '',
                     now() + interval '1 hour' + make_interval(secs => mod(g, 3600)), 'deny', '[]', '', now(),
-                    '{{}}', '', '', '[]', '{{}}', '[]', '', '{{}}', '{{}}', 'confirmation', ''
+                    '{{}}', '', '', '[]', '{{}}', '[]', '', '{{}}', '{{}}', 'confirmation', '', 'medium'
                 FROM generate_series(1, %s) AS g""",
             [agent_id, channel_id, pending],
         )
