@@ -226,6 +226,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # A worker's BRPOP answers as soon as a task arrives; only an idle worker notices the timeout (kombu's
     # default 1 s): waking every 5 s instead costs no task any time, and halves an idle worker's wake-ups.
+    # (A worker told to stop notices at its next wake: a warm shutdown takes up to 5 s longer.)
     CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] = 5
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -238,8 +239,8 @@ GATEWAY_TIMERS_INTERVAL_SECONDS = env_int("GATEWAY_TIMERS_INTERVAL_SECONDS", 5)
 if GATEWAY_TIMERS_INTERVAL_SECONDS < 1:
     raise ImproperlyConfigured(f"GATEWAY_TIMERS_INTERVAL_SECONDS must be >= 1, got {GATEWAY_TIMERS_INTERVAL_SECONDS}")
 # Beat sends one task this often, `approvals.tasks.tick`, which runs what is due of the periodic work: the
-# expiry sweep every tick, the outbox's relay every 5 s, the timers every GATEWAY_TIMERS_INTERVAL_SECONDS —
-# one message and one task where there were three schedules (docs/operating.md, "Processes").
+# expiry sweep every tick, the outbox's relay every 5 s, the timers every GATEWAY_TIMERS_INTERVAL_SECONDS, the
+# channels' digests every 30 s — one message and one task where there were three schedules (docs/operating.md).
 GATEWAY_TICK_SECONDS = min(2, GATEWAY_TIMERS_INTERVAL_SECONDS)
 CELERY_BEAT_SCHEDULE = {"gateway-tick": {"task": "approvals.tasks.tick", "schedule": float(GATEWAY_TICK_SECONDS)}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
