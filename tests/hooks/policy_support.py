@@ -19,6 +19,8 @@ def apply_example(name: str, environ: Mapping[str, str] | None = None) -> None:
 
 
 def deliver_outbox() -> None:
-    """Deliver every outbox row still pending (cards, redraws, reminders), as the worker would."""
-    for outbox_id in Outbox.objects.filter(status=OutboxStatus.PENDING).values_list("pk", flat=True):
+    """Deliver every outbox row still pending (cards, redraws, reminders), as the worker would, in the order
+    they were queued (a table's physical order is no order: emptied by DELETE, it reuses the freed space)."""
+    pending = Outbox.objects.filter(status=OutboxStatus.PENDING).order_by("created_at", "pk")
+    for outbox_id in pending.values_list("pk", flat=True):
         services.outbox_deliver(outbox_id=outbox_id)
