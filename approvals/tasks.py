@@ -82,8 +82,8 @@ TICK_JOBS = [
 def tick() -> dict[str, Any]:
     """Beat, every GATEWAY_TICK_SECONDS (2 s): the periodic work due, in one task — the expiry sweep, the
     outbox's relay (every 5 s), the timers (every GATEWAY_TIMERS_INTERVAL_SECONDS), the channels' digests
-    (every 30 s). One message and one
-    task a tick, where three schedules each sent their own: a gateway at rest wakes its worker half as often.
+    (every 30 s). One message and one task a tick, where three schedules each sent their own: a gateway at
+    rest wakes its worker half as often.
 
     A job is due once its interval is nearly over (within half a tick), so a 5 s job runs every 4 s at a
     2 s tick, never later than its interval. Each worker process keeps its own clock: with several workers a

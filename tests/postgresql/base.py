@@ -3,8 +3,9 @@ DELETE instead of TRUNCATE (tests/settings.py).
 
 pytest-django empties the database after each test that commits (`transactional_db`, `live_server`) with
 Django's `flush`, which on PostgreSQL is one TRUNCATE of every table. TRUNCATE gives each table new files and
-syncs them to disk: ~25 ms a table here, 0.7–1.1 s for the gateway's 35 tables, after every such test — more
-than the test itself for most of them. A DELETE of the few rows a test leaves takes ~15 ms for them all.
+syncs them to disk: 0.3–1.1 s for the gateway's 35 tables on this machine while other work runs, after every
+such test — more than the test itself for most of them. A DELETE of the few rows a test leaves takes ~10 ms
+for them all (the rest of a flush, ~40 ms, is Django re-creating content types and permissions).
 Django declares its foreign keys DEFERRABLE INITIALLY DEFERRED, and `flush` runs its statements in one
 transaction, so the order of the DELETEs does not matter. Asked to reset sequences, it truncates as Django does.
 """
