@@ -38,7 +38,6 @@ from approvals.models import (
     Status,
 )
 from approvals.services.audit import audit_append
-from approvals.services.digests import holds_card
 from approvals.services.records import (
     Insert,
     event_record,
@@ -103,12 +102,14 @@ def confirmation_create(
     lead_id = None
     # A card its channel's digest gathers is kept back (docs/policies.md, "Risk"); such a call neither
     # joins a turn's card nor is joined: it is listed, and decided, on its own line of a digest.
-    held = holds_card(channel, risk=spec.risk, kind=kind)
+    # (Never a question: a digest has no room for its inputs.)
+    gathered = selectors.digested_risks(channel)
+    held = kind == RequestKind.CONFIRMATION and spec.risk in gathered
     if turn_id and has_turn_cards(channel.kind) and not held:
         turn = ConfirmationRequest.objects.filter(
             agent=agent, session_id=session_id, turn_id=turn_id, status=Status.PENDING, channel=channel
         )
-        if gathered := selectors.digested_risks(channel):
+        if gathered:
             turn = turn.exclude(risk__in=gathered)
         first = turn.order_by("created_at").values_list("pk", "batch_lead_id").first()
         if first is not None:

@@ -17,8 +17,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import selectors
-from approvals.models import Channel, Digest, Outbox, OutboxKind, OutboxStatus, RequestKind, Status
+from approvals.models import Channel, Digest, Outbox, OutboxKind, OutboxStatus, Status
 from approvals.services.records import outbox_add, outbox_queued
 from gateway_contract import CHANNEL_KINDS, DIGEST_MAX_ITEMS, DigestConfig, digest_config, takes_digests
 
@@ -83,8 +82,3 @@ def _release(channel: Channel) -> None:
             row.status = OutboxStatus.PENDING
             outbox_queued(row)
 
-
-def holds_card(channel: Channel, *, risk: str, kind: str) -> bool:
-    """Whether a new request's card on `channel` is kept for its digest: a call (never a question, whose
-    inputs a digest has no room for) of a risk the channel's `digest:` gathers."""
-    return kind == RequestKind.CONFIRMATION and risk in selectors.digested_risks(channel)
