@@ -121,6 +121,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# Django's database sessions, read by a prepared statement (channels_ext/web/sessions.py).
+SESSION_ENGINE = "channels_ext.web.sessions"
+
 ROOT_URLCONF = "gateway.urls"
 ASGI_APPLICATION = "gateway.asgi.application"
 WSGI_APPLICATION = None
