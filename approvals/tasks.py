@@ -109,7 +109,12 @@ def tick() -> dict[str, Any]:
                 job.last = -math.inf
                 failed = True
     if not failed and tick_rest.client() is not None and selectors.nothing_pending() and tick_rest.rest():
-        done["rest"] = settings.GATEWAY_TICK_REST_SECONDS
+        # Looked at again once resting: a request made since is seen now, or its delivery (after its commit,
+        # so after this rest began) ends the rest — never hidden behind a rest that began after it.
+        if selectors.nothing_pending():
+            done["rest"] = settings.GATEWAY_TICK_REST_SECONDS
+        else:
+            tick_rest.wake()
     return done
 
 
