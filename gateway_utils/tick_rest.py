@@ -1,4 +1,4 @@
-"""Beat's tick at rest (docs/operating.md, "Processes"): what lets a gateway with nothing to do stop sending
+"""Beat's tick at rest (docs/operating.md, "The processes"): what lets a gateway with nothing to do stop sending
 itself a task every 2 s.
 
 A tick that finds the gateway at rest — no request pending, no outbox row waiting to be sent or gathered —
