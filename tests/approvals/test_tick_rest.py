@@ -126,3 +126,18 @@ def test_a_request_that_queues_no_delivery_is_swept_once_the_rest_lapses(live_ga
     wait_until(lambda: ConfirmationRequest.objects.get(pk=confirmation_id).status == "expired", timeout=15)
     assert ConfirmationRequest.objects.get(pk=confirmation_id).decided_by == SYSTEM_ACTOR
     agent.http.close()
+
+
+def test_an_outbox_row_still_to_send_keeps_the_ticks_coming_for_the_relay(live_gateway, fake_slack, fresh_clock):
+    """No request pending any more, but its redraw is still to be sent (no worker runs here): the relay's."""
+    apply_config(SLACK_GATE % fake_slack.base_url)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 3}).json()["confirmation_id"]
+    rewrite_request(confirmation_id, expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    done = tasks.tick.apply().get()
+
+    assert done["expire"] == 1 and "rest" not in done
+    assert not ConfirmationRequest.objects.filter(status="pending").exists()
+    assert tick_rest.resting() == 0
+    agent.http.close()
