@@ -13,9 +13,9 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from approvals import services
+from approvals import selectors, services
 from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
-from gateway_utils import tracing
+from gateway_utils import tick_rest, tracing
 
 logger = logging.getLogger("approvals.tasks")
 
@@ -28,6 +28,7 @@ def _trace_of(request) -> dict[str, str]:
 @shared_task(name=DELIVER_OUTBOX_TASK, bind=True, max_retries=None, acks_late=True)
 def deliver_outbox(self, outbox_id: int) -> None:
     """Send one outbox row (card, redraw, reminder, webhook); transient failures come back later."""
+    tick_rest.wake()  # something happens: beat's tick, resting, comes again (a new request's expiry, timers)
     with tracing.attached(_trace_of(self.request)):
         result = services.outbox_deliver(outbox_id=outbox_id)
     if result.retry_in is not None:
@@ -37,6 +38,7 @@ def deliver_outbox(self, outbox_id: int) -> None:
 @shared_task(name=DELIVER_OUTBOX_BATCH_TASK, bind=True, acks_late=True)
 def deliver_outbox_batch(self, outbox_ids: list[int]) -> int:
     """Send outbox rows written together, one after another; a row that must wait comes back on its own."""
+    tick_rest.wake()
     sent = 0
     trace = _trace_of(self.request)
     for outbox_id in outbox_ids:
@@ -88,10 +90,15 @@ def tick() -> dict[str, Any]:
     A job is due once its interval is nearly over (within half a tick), so a 5 s job runs every 4 s at a
     2 s tick, never later than its interval. Each worker process keeps its own clock: with several workers a
     job may run more often than its interval, never less — every job is safe to run twice (conditional
-    updates), as it was when two beats ran."""
+    updates), as it was when two beats ran.
+
+    A tick that leaves nothing pending — no request, no outbox row to send, retry or gather — lets beat
+    skip the ticks of the next GATEWAY_TICK_REST_SECONDS (10 s), until a worker's next delivery
+    (gateway_utils.tick_rest): a gateway at rest sends itself a task every 10 s, not every 2 s."""
     now = time.monotonic()
     slack = settings.GATEWAY_TICK_SECONDS / 2
     done: dict[str, Any] = {}
+    failed = False
     for job in TICK_JOBS:
         if now - job.last >= job.every() - slack:
             job.last = now
@@ -100,6 +107,14 @@ def tick() -> dict[str, Any]:
             except Exception:  # one job's failure (the database away a moment) does not skip the others
                 logger.exception("beat's tick: %s failed; it runs again at the next tick", job.name)
                 job.last = -math.inf
+                failed = True
+    if not failed and tick_rest.client() is not None and selectors.nothing_pending() and tick_rest.rest():
+        # Looked at again once resting: a request made since is seen now, or its delivery (after its commit,
+        # so after this rest began) ends the rest — never hidden behind a rest that began after it.
+        if selectors.nothing_pending():
+            done["rest"] = settings.GATEWAY_TICK_REST_SECONDS
+        else:
+            tick_rest.wake()
     return done
 
 

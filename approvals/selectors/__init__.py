@@ -40,6 +40,7 @@ from approvals.selectors.channels import (
     channel_lookup,
     channel_names,
     channels_sending_direct_messages,
+    nothing_pending,
     pending_by_channel,
 )
 from approvals.selectors.digests import (
@@ -136,6 +137,7 @@ __all__ = [
     "channel_lookup",
     "channel_names",
     "channels_sending_direct_messages",
+    "nothing_pending",
     "confirmation_as_dict",
     "confirmation_editable_values",
     "confirmation_for_agent",

@@ -1,4 +1,5 @@
-"""The configured channels: found by name, listed, their adapters, what is pending on each."""
+"""The configured channels: found by name, listed, their adapters, what is pending on each (and whether
+anything is pending anywhere: `nothing_pending`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime as dt
 from django.db import connections, router
 from django.db.models import Count, Min
 
-from approvals.models import Channel, ConfirmationRequest, Status
+from approvals.models import Channel, ConfirmationRequest, Outbox, OutboxStatus, Status
 from gateway_contract import ChannelAdapter, get_adapter
 
 
@@ -28,6 +29,15 @@ def pending_by_channel() -> dict[str, tuple[int, dt.datetime | None]]:
     for name, count, oldest in rows:
         pending[name or ""] = (count, oldest)
     return pending
+
+
+def nothing_pending() -> bool:
+    """No request is pending and no outbox row waits to be sent, retried or gathered into a digest: nothing
+    beat's tick could find due until something new happens (gateway_utils.tick_rest). Two index probes
+    (`cr_pending_expiry`, `outbox_due`)."""
+    if ConfirmationRequest.objects.filter(status=Status.PENDING).exists():
+        return False
+    return not Outbox.objects.filter(status__in=[OutboxStatus.PENDING, OutboxStatus.HELD]).exists()
 
 
 def channel_adapter(channel: Channel) -> ChannelAdapter:

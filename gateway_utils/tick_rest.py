@@ -1,0 +1,80 @@
+"""Beat's tick at rest (docs/operating.md, "The processes"): what lets a gateway with nothing to do stop sending
+itself a task every 2 s.
+
+A tick that finds the gateway at rest — no request pending, no outbox row waiting to be sent or gathered —
+calls `rest()`: one key in the broker's Redis, set to vanish after GATEWAY_TICK_REST_SECONDS. While it is
+there, beat (`gateway.beat.Scheduler`) still wakes every tick, reads the key (`resting()`, one PTTL) and
+sends nothing; once it is gone, the ticks come again. A delivery a worker makes (a new request's card, a
+redraw, a webhook) ends the rest at once (`wake()`, one DEL, in the worker, never on an agent's request):
+beat sends the next tick at its next wake, at most one tick interval later. A request that queues no
+delivery (a card that is the gateway's own page, or one kept for a digest) is seen by the first tick after
+the key lapses: at most GATEWAY_TICK_REST_SECONDS after the rest began.
+
+Only a Redis broker holds the key: with another (the embedded SQLite broker of `make run`) the tick never
+rests. When Redis cannot be reached, beat sends the tick as if nothing rested (the send would fail the same
+way), and a worker that cannot write the key simply does not rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import redis
+from django.conf import settings
+
+logger = logging.getLogger("gateway_utils.tick_rest")
+
+KEY = "gateway:tick:resting"
+
+
+@functools.cache
+def _client(url: str) -> redis.Redis | None:
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    # Short timeouts: a wedged Redis must not hold beat's loop or a delivery for long.
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=0)
+
+
+def client() -> redis.Redis | None:
+    """The broker's Redis, if the broker is Redis and resting is on; else None (the tick never rests)."""
+    if settings.GATEWAY_TICK_REST_SECONDS <= 0:
+        return None
+    return _client(settings.CELERY_BROKER_URL)
+
+
+def rest() -> bool:
+    """The tick found nothing to do and nothing that could become due: let beat skip the ticks of the next
+    GATEWAY_TICK_REST_SECONDS (or until `wake`). True if the rest began."""
+    redis_client = client()
+    if redis_client is None:
+        return False
+    try:
+        redis_client.set(KEY, "1", px=int(settings.GATEWAY_TICK_REST_SECONDS * 1000))
+    except redis.RedisError as exc:
+        logger.warning("could not let beat's tick rest (%s); it keeps ticking", exc)
+        return False
+    return True
+
+
+def wake() -> None:
+    """Something is happening (a delivery): beat's next tick is sent again."""
+    redis_client = client()
+    if redis_client is None:
+        return
+    try:
+        redis_client.delete(KEY)
+    except redis.RedisError as exc:  # the rest lapses by itself within GATEWAY_TICK_REST_SECONDS
+        logger.warning("could not end beat's rest (%s); it ends by itself", exc)
+
+
+def resting() -> float:
+    """How many more seconds beat may skip the tick (0: send it)."""
+    redis_client = client()
+    if redis_client is None:
+        return 0.0
+    try:
+        left_ms = redis_client.pttl(KEY)
+    except redis.RedisError:
+        return 0.0
+    return max(0.0, left_ms / 1000)

@@ -1,0 +1,143 @@
+"""Beat's tick at rest (gateway_utils.tick_rest, gateway/beat.py): a tick that leaves nothing pending lets
+beat skip the next ticks; a worker's delivery brings them back within a tick, and a request that queues
+no delivery is seen once the rest lapses (GATEWAY_TICK_REST_SECONDS). Run with Celery's own beat service
+and a real worker on the test broker; every wait is for a condition."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from celery.beat import Service
+from django.utils import timezone
+
+from approvals import tasks
+from approvals.models import ConfirmationRequest
+from approvals.types import SYSTEM_ACTOR
+from gateway.beat import Scheduler
+from gateway.celery import app
+from gateway_utils import tick_rest
+from tests.approvals.test_outbox_and_commands import SLACK_GATE
+from tests.conftest import WEB_GATE_CONFIG, apply_config, make_agent_client
+from tests.support import rewrite_request, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def awake():
+    """No rest left over from another test (the key lives in this test run's broker database)."""
+    tick_rest.wake()
+    yield
+    tick_rest.wake()
+
+
+@pytest.fixture
+def fresh_clock(monkeypatch):
+    for job in tasks.TICK_JOBS:
+        monkeypatch.setattr(job, "last", float("-inf"))
+
+
+@pytest.fixture
+def long_rest(settings):
+    """A rest far longer than a test may wait: only a delivery can end it in time."""
+    settings.GATEWAY_TICK_REST_SECONDS = 600
+
+
+@pytest.fixture
+def short_rest(settings):
+    settings.GATEWAY_TICK_REST_SECONDS = 1
+
+
+@pytest.fixture
+def beat(tmp_path, celery_worker):
+    """Celery beat, as `celery -A gateway beat` runs it (our scheduler), in a thread, beside a real worker."""
+    service = Service(app, schedule_filename=str(tmp_path / "celerybeat-schedule"), scheduler_cls=Scheduler)
+    thread = threading.Thread(target=service.start, daemon=True)
+    thread.start()
+    yield service
+    service.stop()
+    thread.join(timeout=10)
+
+
+def test_a_tick_that_leaves_nothing_pending_lets_beat_skip_the_next_ticks(tmp_path, fresh_clock, settings):
+    assert tasks.tick.apply().get()["rest"] == settings.GATEWAY_TICK_REST_SECONDS
+    assert 0 < tick_rest.resting() <= settings.GATEWAY_TICK_REST_SECONDS
+
+    scheduler = Scheduler(app=app, schedule_filename=str(tmp_path / "celerybeat-schedule"))
+    try:
+        entry = scheduler.schedule["gateway-tick"]
+        entry.last_run_at = entry.default_now() - dt.timedelta(minutes=1)
+        # Due by its own clock, yet not sent: asked again one tick later.
+        assert entry.is_due()[0]
+        assert scheduler.is_due(entry) == (False, float(settings.GATEWAY_TICK_SECONDS))
+        tick_rest.wake()
+        assert scheduler.is_due(entry)[0]
+    finally:
+        scheduler.close()
+
+
+def test_a_pending_request_keeps_the_ticks_coming(live_gateway, fresh_clock):
+    apply_config(WEB_GATE_CONFIG)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    agent.pre_tool_use("oa__purchase_pay", {"amount": 1})
+
+    assert "rest" not in tasks.tick.apply().get()
+    assert tick_rest.resting() == 0
+    agent.http.close()
+
+
+def test_without_a_redis_broker_the_tick_never_rests(fresh_clock, settings):
+    settings.CELERY_BROKER_URL = "sqla+sqlite:///unused.sqlite3"
+    assert "rest" not in tasks.tick.apply().get()
+    settings.GATEWAY_TICK_REST_SECONDS = 0
+    assert tick_rest.client() is None and tick_rest.resting() == 0
+
+
+def test_a_card_posted_while_the_tick_rests_brings_it_back_and_the_request_expires_and_is_redrawn(
+    live_gateway, fake_slack, fresh_clock, long_rest, beat
+):
+    apply_config(SLACK_GATE % fake_slack.base_url)
+    assert tasks.tick.apply().get()["rest"] == 600
+
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 3}).json()["confirmation_id"]
+    wait_until(lambda: fake_slack.calls("chat.postMessage"), what="the card posted by the worker")
+    assert tick_rest.resting() == 0
+
+    rewrite_request(confirmation_id, expires_at=timezone.now() - dt.timedelta(seconds=1))
+    # Beat's next tick (within GATEWAY_TICK_SECONDS) sweeps it, and the worker redraws its card.
+    wait_until(lambda: ConfirmationRequest.objects.get(pk=confirmation_id).status == "expired", timeout=15)
+    wait_until(lambda: fake_slack.calls("chat.update"), what="the expired card redrawn")
+    agent.http.close()
+
+
+def test_a_request_that_queues_no_delivery_is_swept_once_the_rest_lapses(live_gateway, fresh_clock, short_rest, beat):
+    """A web card is the gateway's own page: nothing is delivered, so only the rest's end brings the tick."""
+    apply_config(WEB_GATE_CONFIG)
+    assert tasks.tick.apply().get()["rest"] == 1
+
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 1}).json()["confirmation_id"]
+    rewrite_request(confirmation_id, expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    # By beat's first tick after the rest (1 s here): GATEWAY_TICK_REST_SECONDS + GATEWAY_TICK_SECONDS at most.
+    wait_until(lambda: ConfirmationRequest.objects.get(pk=confirmation_id).status == "expired", timeout=15)
+    assert ConfirmationRequest.objects.get(pk=confirmation_id).decided_by == SYSTEM_ACTOR
+    agent.http.close()
+
+
+def test_an_outbox_row_still_to_send_keeps_the_ticks_coming_for_the_relay(live_gateway, fake_slack, fresh_clock):
+    """No request pending any more, but its redraw is still to be sent (no worker runs here): the relay's."""
+    apply_config(SLACK_GATE % fake_slack.base_url)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 3}).json()["confirmation_id"]
+    rewrite_request(confirmation_id, expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    done = tasks.tick.apply().get()
+
+    assert done["expire"] == 1 and "rest" not in done
+    assert not ConfirmationRequest.objects.filter(status="pending").exists()
+    assert tick_rest.resting() == 0
+    agent.http.close()
