@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -48,7 +49,7 @@ from approvals.services.records import (
     rows_update,
 )
 from gateway_contract import draws_itself, has_turn_cards
-from gateway_utils import metrics
+from gateway_utils import metrics, tick_rest
 from hooks.base import AskSpec
 
 logger = logging.getLogger("approvals.confirmations")
@@ -164,6 +165,7 @@ def confirmation_create(
     )
     confirmation.decision_mac = decision_mac(ConfirmationRequest, confirmation)
     transaction.on_commit(lambda: metrics.request_created(channel=channel.name, kind=kind, risk=spec.risk))
+    _timers_soon(confirmation, now=now)
     created = ConfirmationEvent(
         confirmation_id=confirmation.pk, kind=EventKind.CREATED, actor=f"agent:{agent.name}", channel="", message=spec.reason,
         data={},
@@ -193,6 +195,20 @@ def confirmation_create(
     )
     redraw_add(lead_id, OutboxKind.UPDATE, dedupe_key=f"{lead_id}:update:joined-{confirmation.pk}")
     return confirmation
+
+
+def _timers_soon(confirmation: ConfirmationRequest, *, now: dt.datetime) -> None:
+    """A deadline or timer due before beat's resting tick would look again (gateway_utils.tick_rest) ends the
+    rest at commit: the sweep and the timers see this request on time even when it queues no delivery (a web
+    card, a card kept for a digest). Only such short timers pay the broker's round trip; a request due later
+    is seen by a tick after the rest (it keeps the ticks coming while it is pending)."""
+    rest = settings.GATEWAY_TICK_REST_SECONDS
+    if rest <= 0:
+        return
+    soon = now + dt.timedelta(seconds=rest + settings.GATEWAY_TICK_SECONDS)
+    timers = (confirmation.expires_at, confirmation.warn_at, confirmation.remind_at, confirmation.escalate_at)
+    if any(at is not None and at < soon for at in timers):
+        transaction.on_commit(tick_rest.wake)
 
 
 def card_add(confirmation: ConfirmationRequest, channel: Channel, *, dedupe_key: str) -> None:

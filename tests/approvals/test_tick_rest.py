@@ -141,3 +141,36 @@ def test_an_outbox_row_still_to_send_keeps_the_ticks_coming_for_the_relay(live_g
     assert not ConfirmationRequest.objects.filter(status="pending").exists()
     assert tick_rest.resting() == 0
     agent.http.close()
+
+
+SHORT_DEADLINE_CONFIG = """
+channels:
+  - {name: web, kind: web}
+agents:
+  - name: purchasing-bot
+    hooks:
+      - {kind: approval_gate, name: quick-gate, tools: ["oa__quick"], channel: web, approvers: [alice], timeout_seconds: 2}
+      - {kind: approval_gate, name: slow-gate, tools: ["oa__slow"], channel: web, approvers: [alice], timeout_seconds: 3600}
+"""
+
+
+def test_a_deadline_due_within_the_rest_ends_it_and_the_request_is_swept_on_time(
+    live_gateway, fresh_clock, long_rest, beat
+):
+    """A web card queues no delivery; its 2 s deadline falls inside a 600 s rest: its commit ends the rest,
+    so beat's sweep expires it (nobody waits on it) within a tick of its deadline, not after the rest."""
+    apply_config(SHORT_DEADLINE_CONFIG)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    assert tasks.tick.apply().get()["rest"] == 600
+
+    slow = agent.pre_tool_use("oa__slow", {"amount": 1}).json()["confirmation_id"]
+    assert tick_rest.resting() > 0  # an hour away: the ticks after the rest see it in time
+    ConfirmationRequest.objects.filter(pk=slow).update(status="cancelled")  # (out of the sweep's way)
+    tasks.tick.apply().get()
+    assert tick_rest.resting() > 0
+
+    quick = agent.pre_tool_use("oa__quick", {"amount": 1}).json()["confirmation_id"]
+    assert tick_rest.resting() == 0
+    wait_until(lambda: ConfirmationRequest.objects.get(pk=quick).status == "expired", timeout=15)
+    assert ConfirmationRequest.objects.get(pk=quick).decided_by == SYSTEM_ACTOR
+    agent.http.close()
