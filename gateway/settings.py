@@ -247,8 +247,8 @@ if GATEWAY_TIMERS_INTERVAL_SECONDS < 1:
 GATEWAY_TICK_SECONDS = min(2, GATEWAY_TIMERS_INTERVAL_SECONDS)
 CELERY_BEAT_SCHEDULE = {"gateway-tick": {"task": "approvals.tasks.tick", "schedule": float(GATEWAY_TICK_SECONDS)}}
 # A tick that leaves nothing pending lets beat skip the ticks of this many seconds, until a worker's next
-# delivery (gateway_utils.tick_rest; Redis brokers only): the longest a request that queues no delivery (a
-# web card, a card kept for a digest) may wait for the tick that sees it. 0: the tick never rests.
+# delivery or the commit of a request with a deadline or timer within the rest (gateway_utils.tick_rest;
+# Redis brokers only). 0: the tick never rests.
 GATEWAY_TICK_REST_SECONDS = env_int("GATEWAY_TICK_REST_SECONDS", 10)
 if GATEWAY_TICK_REST_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_TICK_REST_SECONDS must be 0 or more, got {GATEWAY_TICK_REST_SECONDS}")

@@ -7,8 +7,9 @@ there, beat (`gateway.beat.Scheduler`) still wakes every tick, reads the key (`r
 sends nothing; once it is gone, the ticks come again. A delivery a worker makes (a new request's card, a
 redraw, a webhook) ends the rest at once (`wake()`, one DEL, in the worker, never on an agent's request):
 beat sends the next tick at its next wake, at most one tick interval later. A request that queues no
-delivery (a card that is the gateway's own page, or one kept for a digest) is seen by the first tick after
-the key lapses: at most GATEWAY_TICK_REST_SECONDS after the rest began.
+delivery (a card that is the gateway's own page, or one kept for a digest) ends the rest at its commit when a
+deadline or timer of its falls within the rest (approvals.services.confirmations); one due later is seen by
+the first tick after the key lapses, in time.
 
 Only a Redis broker holds the key: with another (the embedded SQLite broker of `make run`) the tick never
 rests. When Redis cannot be reached, beat sends the tick as if nothing rested (the send would fail the same
