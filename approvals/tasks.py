@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from approvals import selectors, services
 from approvals.services.records import DELIVER_OUTBOX_BATCH_TASK, DELIVER_OUTBOX_TASK
@@ -80,6 +81,12 @@ TICK_JOBS = [
 ]
 
 
+def _nothing_due_in_a_rest() -> bool:
+    """Nothing the tick does could fall due before the first tick after a rest beginning now."""
+    rest = settings.GATEWAY_TICK_REST_SECONDS + settings.GATEWAY_TICK_SECONDS
+    return selectors.nothing_due_before(timezone.now() + dt.timedelta(seconds=rest))
+
+
 @shared_task
 def tick() -> dict[str, Any]:
     """Beat, every GATEWAY_TICK_SECONDS (2 s): the periodic work due, in one task — the expiry sweep, the
@@ -92,9 +99,11 @@ def tick() -> dict[str, Any]:
     job may run more often than its interval, never less — every job is safe to run twice (conditional
     updates), as it was when two beats ran.
 
-    A tick that leaves nothing pending — no request, no outbox row to send, retry or gather — lets beat
-    skip the ticks of the next GATEWAY_TICK_REST_SECONDS (10 s), until a worker's next delivery
-    (gateway_utils.tick_rest): a gateway at rest sends itself a task every 10 s, not every 2 s."""
+    A tick that leaves nothing due within a rest — no outbox row to send, retry or gather, no pending
+    request's deadline or timer before the first tick after it — lets beat skip the ticks of the next
+    GATEWAY_TICK_REST_SECONDS (10 s), until a worker's next delivery or a request with a timer within it
+    (gateway_utils.tick_rest): a gateway whose requests wait on people, not on clocks, sends itself a task
+    every 10 s, not every 2 s."""
     now = time.monotonic()
     slack = settings.GATEWAY_TICK_SECONDS / 2
     done: dict[str, Any] = {}
@@ -108,10 +117,10 @@ def tick() -> dict[str, Any]:
                 logger.exception("beat's tick: %s failed; it runs again at the next tick", job.name)
                 job.last = -math.inf
                 failed = True
-    if not failed and tick_rest.client() is not None and selectors.nothing_pending() and tick_rest.rest():
-        # Looked at again once resting: a request made since is seen now, or its delivery (after its commit,
-        # so after this rest began) ends the rest — never hidden behind a rest that began after it.
-        if selectors.nothing_pending():
+    if not failed and tick_rest.client() is not None and _nothing_due_in_a_rest() and tick_rest.rest():
+        # Looked at again once resting: a request made since is seen now, or its delivery or short timer (after
+        # its commit, so after this rest began) ends the rest — never hidden behind a rest that began after it.
+        if _nothing_due_in_a_rest():
             done["rest"] = settings.GATEWAY_TICK_REST_SECONDS
         else:
             tick_rest.wake()

@@ -37,6 +37,9 @@ os.environ.setdefault("GATEWAY_PUBLIC_URL", "http://testserver.invalid")
 os.environ.setdefault("GATEWAY_AUDIT_KEY", "test-2026:a test audit key, at least thirty-two characters long")
 # The tests' fakes (webhook receivers, MCP servers, policy services) listen on loopback.
 os.environ.setdefault("GATEWAY_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+# Beat's tick never rests in tests (a rest key left by one test would hold the ticks of a beat another test
+# starts, in this worker's broker database); tests/approvals/test_tick_rest.py turns it on where it is tested.
+os.environ.setdefault("GATEWAY_TICK_REST_SECONDS", "0")
 # slack-sdk reads proxy variables and ignores NO_PROXY: never proxy our loopback fakes.
 for _name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
     os.environ.pop(_name, None)

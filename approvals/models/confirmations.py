@@ -113,6 +113,17 @@ class ConfirmationRequest(models.Model):
             models.Index(fields=["expires_at"], condition=Q(status="pending"), name="cr_pending_expiry"),
             # the inbox (pending, oldest first) and the timers' scans of what is pending
             models.Index(fields=["created_at"], condition=Q(status="pending"), name="cr_pending_created"),
+            # the timers, and whether beat's tick may rest (selectors.nothing_due_before): only rows that have
+            # the timer are in each, so a request without one pays nothing for them
+            models.Index(
+                fields=["remind_at"], condition=Q(status="pending", remind_at__isnull=False), name="cr_pending_remind"
+            ),
+            models.Index(fields=["warn_at"], condition=Q(status="pending", warn_at__isnull=False), name="cr_pending_warn"),
+            models.Index(
+                fields=["escalate_at"],
+                condition=Q(status="pending", escalate_at__isnull=False, escalated_at__isnull=True),
+                name="cr_pending_escalate",
+            ),
             # the admin's filters and lookups (plain b-trees: no `_like` twins, nothing uses LIKE)
             models.Index(fields=["session_id"], name="cr_session"),
             models.Index(fields=["tool_name"], name="cr_tool_name"),

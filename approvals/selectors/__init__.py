@@ -40,7 +40,7 @@ from approvals.selectors.channels import (
     channel_lookup,
     channel_names,
     channels_sending_direct_messages,
-    nothing_pending,
+    nothing_due_before,
     pending_by_channel,
 )
 from approvals.selectors.digests import (
@@ -137,7 +137,7 @@ __all__ = [
     "channel_lookup",
     "channel_names",
     "channels_sending_direct_messages",
-    "nothing_pending",
+    "nothing_due_before",
     "confirmation_as_dict",
     "confirmation_editable_values",
     "confirmation_for_agent",

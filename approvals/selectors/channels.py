@@ -1,5 +1,5 @@
 """The configured channels: found by name, listed, their adapters, what is pending on each (and whether
-anything is pending anywhere: `nothing_pending`)."""
+anything can fall due soon anywhere: `nothing_due_before`)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,21 @@ def pending_by_channel() -> dict[str, tuple[int, dt.datetime | None]]:
     return pending
 
 
-def nothing_pending() -> bool:
-    """No request is pending and no outbox row waits to be sent, retried or gathered into a digest: nothing
-    beat's tick could find due until something new happens (gateway_utils.tick_rest). Two index probes
-    (`cr_pending_expiry`, `outbox_due`)."""
-    if ConfirmationRequest.objects.filter(status=Status.PENDING).exists():
+def nothing_due_before(moment: dt.datetime) -> bool:
+    """No outbox row waits to be sent, retried or gathered into a digest, and no pending request has a
+    deadline, reminder, warning or escalation before `moment`: nothing beat's tick could find due until
+    then, unless something new happens (gateway_utils.tick_rest). A request pending for an hour, or with no
+    deadline at all, keeps nothing awake. Index probes only (`outbox_due`, `outbox_held`,
+    `cr_pending_expiry` and the timers' partial indexes)."""
+    if Outbox.objects.filter(status__in=[OutboxStatus.PENDING, OutboxStatus.HELD]).exists():
         return False
-    return not Outbox.objects.filter(status__in=[OutboxStatus.PENDING, OutboxStatus.HELD]).exists()
+    pending = ConfirmationRequest.objects.filter(status=Status.PENDING)
+    return not (
+        pending.filter(expires_at__lt=moment).exists()
+        or pending.filter(remind_at__lt=moment).exists()
+        or pending.filter(warn_at__lt=moment).exists()
+        or pending.filter(escalate_at__lt=moment, escalated_at__isnull=True).exists()
+    )
 
 
 def channel_adapter(channel: Channel) -> ChannelAdapter:

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def awake():
-    """No rest left over from another test (the key lives in this test run's broker database)."""
+def awake(settings):
+    """Resting as in production (tests/settings.py turns it off elsewhere); no rest left over from another
+    test (the key lives in this test run's broker database)."""
+    settings.GATEWAY_TICK_REST_SECONDS = 10
     tick_rest.wake()
     yield
     tick_rest.wake()
@@ -61,7 +63,7 @@ def beat(tmp_path, celery_worker):
     thread.join(timeout=10)
 
 
-def test_a_tick_that_leaves_nothing_pending_lets_beat_skip_the_next_ticks(tmp_path, fresh_clock, settings):
+def test_a_tick_that_leaves_nothing_due_lets_beat_skip_the_next_ticks(tmp_path, fresh_clock, settings):
     assert tasks.tick.apply().get()["rest"] == settings.GATEWAY_TICK_REST_SECONDS
     assert 0 < tick_rest.resting() <= settings.GATEWAY_TICK_REST_SECONDS
 
@@ -78,13 +80,35 @@ def test_a_tick_that_leaves_nothing_pending_lets_beat_skip_the_next_ticks(tmp_pa
         scheduler.close()
 
 
-def test_a_pending_request_keeps_the_ticks_coming(live_gateway, fresh_clock):
-    apply_config(WEB_GATE_CONFIG)
+def test_a_pending_request_due_within_a_rest_keeps_the_ticks_coming_and_one_due_later_does_not(
+    live_gateway, fresh_clock
+):
+    """A web request (no delivery keeps anything awake) due in 30 minutes: the ticks after a rest see it in
+    time, so the tick rests; brought within the rest (its deadline, then each timer in turn), it keeps them."""
+    apply_config(WEB_GATE_CONFIG)  # timeout_seconds: 1800
     agent = make_agent_client(live_gateway, "purchasing-bot")
-    agent.pre_tool_use("oa__purchase_pay", {"amount": 1})
+    confirmation_id = agent.pre_tool_use("oa__purchase_pay", {"amount": 1}).json()["confirmation_id"]
 
-    assert "rest" not in tasks.tick.apply().get()
-    assert tick_rest.resting() == 0
+    assert tasks.tick.apply().get()["rest"] == 10
+    tick_rest.wake()
+
+    soon = timezone.now() + dt.timedelta(seconds=5)
+    later = timezone.now() + dt.timedelta(hours=1)
+    for timers in (
+        {"expires_at": soon},
+        {"expires_at": later, "remind_at": soon},
+        {"expires_at": later, "warn_at": soon},
+        {"expires_at": later, "escalate_at": soon},
+    ):
+        ConfirmationRequest.objects.filter(pk=confirmation_id).update(
+            **{"remind_at": None, "warn_at": None, "escalate_at": None, **timers}
+        )
+        assert "rest" not in tasks.tick.apply().get(), timers
+        assert tick_rest.resting() == 0
+
+    # An escalation already made is no timer any more.
+    ConfirmationRequest.objects.filter(pk=confirmation_id).update(escalated_at=timezone.now())
+    assert tasks.tick.apply().get()["rest"] == 10
     agent.http.close()
 
 
