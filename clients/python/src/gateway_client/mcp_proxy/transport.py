@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import stat
+import sys
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -71,6 +72,8 @@ class ClientStdio:
                 finally:
                     self._out_in.close()  # the writer sends what is queued, then ends
         finally:
+            with contextlib.suppress(Exception):  # a stray print still buffered goes to stderr, not the client
+                sys.stdout.flush()
             for fd, was_blocking in blocking.items():
                 with contextlib.suppress(OSError):
                     os.set_blocking(fd, was_blocking)
@@ -86,7 +89,7 @@ class ClientStdio:
         async for chunk in chunks:
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
-                pending += chunk[start:end]
+                pending += chunk[start : end + 1]  # a line with its newline, as a file's lines are
                 yield pending.decode("utf-8", errors="replace")
                 pending.clear()
                 start = end + 1
