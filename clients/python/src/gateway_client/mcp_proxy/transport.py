@@ -77,7 +77,8 @@ class ClientStdio:
             for fd, was_blocking in blocking.items():
                 with contextlib.suppress(OSError):
                     os.set_blocking(fd, was_blocking)
-                os.close(fd)
+                if fd != self._in_fd or self._in_polled:  # a reader thread may still be blocked on its fd
+                    os.close(fd)
             os.dup2(saved_in, 0)
             os.dup2(saved_out, 1)
             os.close(saved_in)
