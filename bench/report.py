@@ -98,10 +98,11 @@ def table(results: dict[str, Any]) -> str:
         )
     if (x := results.get("proxy")) is not None:
         ms, added = x["ms"], x["proxy_adds_ms"]
+        cpu = f" (CPU {c['adds']:.2f} ms a call)" if (c := x.get("proxy_cpu_ms")) else ""
         rows.append(
             f"| 7. MCP proxy | an allowed `tools/call` through `gateway-mcp-proxy` to a trivial upstream, p50 / p99; "
             f"what the proxy adds beyond the upstream and the gateway's own call | {ms['proxy']['p50']:.2f} / "
-            f"{ms['proxy']['p99']:.2f} ms; adds {added['p50']:.2f} / {added['p99']:.2f} ms "
+            f"{ms['proxy']['p99']:.2f} ms; adds {added['p50']:.2f} / {added['p99']:.2f} ms{cpu} "
             f"| upstream direct {ms['direct']['p50']:.2f} / {ms['direct']['p99']:.2f} ms; the gateway's call "
             f"(pre + post-tool-use, same client) {ms['gateway']['p50']:.2f} / {ms['gateway']['p99']:.2f} ms "
             f"| adds ≤ 1 ms p50 | {mark[added['p50'] <= 1.0]} |"

@@ -186,21 +186,15 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
                         call, text_result("tools/call needs a tool name and an arguments object", is_error=True)
                     )
                     return
-                async with anyio.create_task_group() as ticker:
-                    if call.progress_token is not None:
+                if call.progress_token is None:  # no ticker to start and stop (a cancel costs a task's repr)
+                    outcome = await self._gate_call(call, tool, arguments)
+                else:
+                    async with anyio.create_task_group() as ticker:
                         ticker.start_soon(self._report_progress, call)
-                    try:
-                        outcome = await self.gate.acall(
-                            tool_name=f"{self.name}__{tool}",
-                            tool_args=arguments,
-                            tool_call_id=f"mcp-{uuid.uuid4().hex[:20]}",
-                            run=lambda args: self._run_upstream(call, args),
-                            report=reported_result,
-                            failure=call_failure,
-                            on_pending=lambda answer: self._on_pending(call, answer),
-                        )
-                    finally:
-                        ticker.cancel_scope.cancel()
+                        try:
+                            outcome = await self._gate_call(call, tool, arguments)
+                        finally:
+                            ticker.cancel_scope.cancel()
                 await self._answer(call, self._response(call, outcome))
         except Exception:
             logger.exception("the proxy failed on a call to %s", tool)
@@ -208,6 +202,18 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
                 await self._answer(call, text_result(f"the gateway proxy failed on this call to {tool}", is_error=True))
         finally:
             self.calls.pop(call.request.id, None)
+
+    async def _gate_call(self, call: HeldCall, tool: str, arguments: dict[str, Any]) -> GateResult:
+        """Ask the gateway (pre-tool-use), run the call upstream if allowed, report its result (post-tool-use)."""
+        return await self.gate.acall(
+            tool_name=f"{self.name}__{tool}",
+            tool_args=arguments,
+            tool_call_id=f"mcp-{uuid.uuid4().hex[:20]}",
+            run=lambda args: self._run_upstream(call, args),
+            report=reported_result,
+            failure=call_failure,
+            on_pending=lambda answer: self._on_pending(call, answer),
+        )
 
     def _on_pending(self, call: HeldCall, answer: dict[str, Any]) -> None:
         call.confirmation_id = answer.get("confirmation_id")

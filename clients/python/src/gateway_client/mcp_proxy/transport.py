@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
+import sys
 import threading
 from collections.abc import AsyncIterator
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -33,25 +35,35 @@ class ClientStdio:
     """The client's side of the proxy: JSON-RPC, one message a line, on the proxy's stdin and stdout.
 
     While it runs, fd 0 reads the null device and fd 1 is stderr, so a stray print cannot reach the
-    wire. Lines are read by a daemon thread (a blocked read never holds the proxy's exit) and written by
-    one task, in order; `lines()` ends when the client closes stdin."""
+    wire. The client's pipes (or sockets) are read and written in the event loop, without a thread: a
+    line is read and relayed, and an answer written, with no hop to another thread or task on the way
+    (a hop costs a context switch, and on one core the GIL's hand-over: most of what the proxy added to
+    a call). A line that cannot be written at once is finished by one writer task, in order, before
+    anything after it. Anything else (a terminal, a file) is read by a daemon thread (a blocked read never
+    holds the proxy's exit) and written from a worker thread. `lines()` ends when the client closes stdin."""
+
+    QUEUED = 16  # lines waiting for the client to read before `send` waits too
 
     def __init__(self) -> None:
-        self._lines_in, self._lines = anyio.create_memory_object_stream[str](16)
-        self._out_in, self._out = anyio.create_memory_object_stream[str](16)
-        self._wire_in: BinaryIO | None = None
-        self._wire_out: BinaryIO | None = None
+        self._out_in, self._out = anyio.create_memory_object_stream[bytes](self.QUEUED)
+        self._queued = 0  # lines handed to the writer task and not yet written
+        self._gone = False  # the client closed its end of stdout
+        self._in_fd = self._out_fd = -1
+        self._in_polled = self._out_polled = False
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[ClientStdio]:
         saved_in, saved_out = os.dup(0), os.dup(1)
-        self._wire_in, self._wire_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+        self._in_fd, self._out_fd = os.dup(0), os.dup(1)
+        self._in_polled, self._out_polled = _pollable(self._in_fd), _pollable(self._out_fd)
+        blocking = {fd: os.get_blocking(fd) for fd in (self._in_fd, self._out_fd)}
+        for fd, polled in ((self._in_fd, self._in_polled), (self._out_fd, self._out_polled)):
+            if polled:
+                os.set_blocking(fd, False)  # the pipe's own: the client has its other end
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
         os.dup2(2, 1)
-        token = anyio.lowlevel.current_token()
-        threading.Thread(target=self._read, args=(token,), name="mcp-proxy-stdin", daemon=True).start()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._write)
@@ -60,48 +72,127 @@ class ClientStdio:
                 finally:
                     self._out_in.close()  # the writer sends what is queued, then ends
         finally:
+            with contextlib.suppress(Exception):  # a stray print still buffered goes to stderr, not the client
+                sys.stdout.flush()
+            for fd, was_blocking in blocking.items():
+                with contextlib.suppress(OSError):
+                    os.set_blocking(fd, was_blocking)
+                if fd != self._in_fd or self._in_polled:  # a reader thread may still be blocked on its fd
+                    os.close(fd)
             os.dup2(saved_in, 0)
             os.dup2(saved_out, 1)
             os.close(saved_in)
             os.close(saved_out)
 
     async def lines(self) -> AsyncIterator[str]:
-        async with self._lines:
-            async for line in self._lines:
-                yield line
+        chunks = self._polled_chunks() if self._in_polled else self._threaded_chunks()
+        pending = bytearray()  # a line read in part
+        async for chunk in chunks:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                pending += chunk[start : end + 1]  # a line with its newline, as a file's lines are
+                yield pending.decode("utf-8", errors="replace")
+                pending.clear()
+                start = end + 1
+            pending += chunk[start:]
+        if pending:  # a last line without its newline
+            yield pending.decode("utf-8", errors="replace")
 
     async def send(self, message: BaseModel | dict[str, Any] | list[dict[str, Any]]) -> None:
         if isinstance(message, BaseModel):
             text = message.model_dump_json(by_alias=True, exclude_unset=True)
         else:
             text = json.dumps(message, separators=(",", ":"))
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # the client is gone
-            await self._out_in.send(text)
-
-    def _read(self, token: Any) -> None:
-        assert self._wire_in is not None
+        if self._gone:
+            return
+        data = text.encode() + b"\n"
+        rest: bytes | None = None
+        if self._out_polled and self._queued == 0:  # nothing before it: written now, in this task
+            rest = self._write_now(data)
+            if not rest:
+                return
+        self._queued += 1
         try:
-            for raw in self._wire_in:
-                anyio.from_thread.run(self._lines_in.send, raw.decode("utf-8", errors="replace"), token=token)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError):
-            return  # the proxy is stopping
-        with contextlib.suppress(RuntimeError):
-            anyio.from_thread.run_sync(self._lines_in.close, token=token)  # stdin closed: the client is gone
+            if rest is not None:
+                self._out_in.send_nowait(rest)  # a line begun is finished first (the queue is empty)
+            else:
+                await self._out_in.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):  # the client is gone
+            self._queued -= 1
+        except BaseException:
+            self._queued -= 1
+            raise
+
+    # -- the wire
+
+    async def _polled_chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                chunk = os.read(self._in_fd, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(self._in_fd)
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return  # stdin closed: the client is gone
+            yield chunk
+
+    async def _threaded_chunks(self) -> AsyncIterator[bytes]:
+        chunks_in, chunks = anyio.create_memory_object_stream[bytes](16)
+        token = anyio.lowlevel.current_token()
+        fd = self._in_fd
+
+        def read() -> None:
+            try:
+                while chunk := os.read(fd, 65536):
+                    anyio.from_thread.run(chunks_in.send, chunk, token=token)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError, OSError):
+                return  # the proxy is stopping
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(chunks_in.close, token=token)
+
+        threading.Thread(target=read, name="mcp-proxy-stdin", daemon=True).start()
+        async with chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    def _write_now(self, data: bytes) -> bytes | None:
+        """Write what the client's pipe takes now; the rest (b"" when all of it), or None: the client is gone."""
+        try:
+            return data[os.write(self._out_fd, data) :]
+        except BlockingIOError:
+            return data
+        except OSError:
+            self._gone = True
+            return None
 
     async def _write(self) -> None:
-        assert self._wire_out is not None
-        wire = self._wire_out
-
-        def write(text: str) -> None:
-            wire.write(text.encode() + b"\n")
-            wire.flush()
-
         async with self._out:
-            async for text in self._out:
+            async for data in self._out:
                 try:
-                    await anyio.to_thread.run_sync(write, text)
+                    if self._out_polled:
+                        while (data := self._write_now(data)) and not self._gone:
+                            await anyio.wait_writable(self._out_fd)
+                    else:
+                        await anyio.to_thread.run_sync(_write_all, self._out_fd, data)
                 except OSError:  # the client closed its end of the pipe
+                    self._gone = True
+                finally:
+                    self._queued -= 1
+                if self._gone:
                     return
+
+
+def _pollable(fd: int) -> bool:
+    """A pipe or a socket: read and written without blocking, in the event loop."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 # --------------------------------------------------------------------------- streamable HTTP headers
