@@ -246,7 +246,7 @@ if GATEWAY_TIMERS_INTERVAL_SECONDS < 1:
 # channels' digests every 30 s — one message and one task where there were three schedules (docs/operating.md).
 GATEWAY_TICK_SECONDS = min(2, GATEWAY_TIMERS_INTERVAL_SECONDS)
 CELERY_BEAT_SCHEDULE = {"gateway-tick": {"task": "approvals.tasks.tick", "schedule": float(GATEWAY_TICK_SECONDS)}}
-# A tick that leaves nothing pending lets beat skip the ticks of this many seconds, until a worker's next
+# A tick that leaves nothing due within the rest lets beat skip the ticks of this many seconds, until a worker's next
 # delivery or the commit of a request with a deadline or timer within the rest (gateway_utils.tick_rest;
 # Redis brokers only). 0: the tick never rests.
 GATEWAY_TICK_REST_SECONDS = env_int("GATEWAY_TICK_REST_SECONDS", 10)

@@ -1,7 +1,8 @@
 """Beat's tick at rest (docs/operating.md, "The processes"): what lets a gateway with nothing to do stop sending
 itself a task every 2 s.
 
-A tick that finds the gateway at rest — no request pending, no outbox row waiting to be sent or gathered —
+A tick that finds the gateway at rest — no outbox row waiting to be sent or gathered, no pending request's
+deadline or timer before the first tick after a rest (approvals.selectors.nothing_due_before) —
 calls `rest()`: one key in the broker's Redis, set to vanish after GATEWAY_TICK_REST_SECONDS. While it is
 there, beat (`gateway.beat.Scheduler`) still wakes every tick, reads the key (`resting()`, one PTTL) and
 sends nothing; once it is gone, the ticks come again. A delivery a worker makes (a new request's card, a
