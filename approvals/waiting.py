@@ -239,6 +239,8 @@ async def confirmation_states(
             elif isinstance(told, ConfirmationState):
                 state = told
             else:
+                if future.done():  # woken to read: registered again first, so a change meanwhile still wakes it
+                    future = _registered_again(key, future)
                 state = await _read(confirmation_id, agent_id, with_approvals)
                 if state is None:
                     return
@@ -249,6 +251,8 @@ async def confirmation_states(
             done = state.is_final or (step is not None and step <= 0)
             if state.is_final and woken and state.decided_at is not None:
                 metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp())
+            if not done and future.done():  # it waits again (a final wake is not registered again)
+                future = _registered_again(key, future)
             yield state
             del state
             if done:
@@ -260,10 +264,13 @@ async def confirmation_states(
             finally:
                 if timer is not None:
                     timer.cancel()
-            waiters.unregister(key, future)
-            future = waiters.register(key)
     finally:
         waiters.unregister(key, future)
+
+
+def _registered_again(key: str, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    waiters.unregister(key, future)
+    return waiters.register(key)
 
 
 async def wait_for_final(
@@ -424,19 +431,40 @@ def _settled_ids(ids: list[str]) -> list[str]:
     return [str(pk) for pk in rows]
 
 
+RECHECK_QUIET_SECONDS = 0.2  # the listener heard nothing for this long: a burst of notifications is through
+
+
 async def _recheck_forever(interval: float) -> None:
     """The safety net for lost notifications: every `interval`, ONE query per batch of
     waited-on ids wakes those no longer pending. (A re-read per waiter instead costs
-    10,000 waiters / 5 s = 2,000 queries/s, and keeps thousands of reads in flight.)"""
+    10,000 waiters / 5 s = 2,000 queries/s, and keeps thousands of reads in flight.)
+
+    While the listener is still hearing a burst (10,000 decided at once), the settled ones it
+    has not reached yet have their notifications on the way: they are woken only once it has
+    been quiet for RECHECK_QUIET_SECONDS (or `interval` has passed), and by then almost all
+    were woken by their own. Woken here instead, each would read its row again — on the one
+    core that is answering the burst."""
     while True:
         await asyncio.sleep(interval)
         try:
             ids = [i for i in waiters.registered_ids() if _is_uuid(i)]
+            settled = []
             for start in range(0, len(ids), RECHECK_BATCH):
-                for confirmation_id in await db_call(_settled_ids)(ids[start : start + RECHECK_BATCH]):
-                    waiters.wake(confirmation_id)
+                settled += await db_call(_settled_ids)(ids[start : start + RECHECK_BATCH])
+            if settled:
+                await after_the_burst(limit=interval)
+            for confirmation_id in settled:
+                waiters.wake(confirmation_id)
         except Exception:  # database briefly gone: try again next time
             logger.warning("re-checking waiters failed", exc_info=True)
+
+
+async def after_the_burst(*, limit: float) -> None:
+    """Returns once the listener has heard nothing for RECHECK_QUIET_SECONDS, or after `limit` seconds."""
+    waited = 0.0
+    while waiters.heard_within(RECHECK_QUIET_SECONDS) and waited < limit:
+        await asyncio.sleep(RECHECK_QUIET_SECONDS)
+        waited += RECHECK_QUIET_SECONDS
 
 
 def _is_uuid(value: str) -> bool:

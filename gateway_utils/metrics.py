@@ -199,9 +199,16 @@ def expired_unanswered(*, tool: str, channel: str) -> None:
 
 
 def agent_woken(*, via: str, decided_at: float | None) -> None:
-    """A waiting agent has a decision in hand; `decided_at` is its Unix time."""
+    """A waiting agent has a decision in hand; `decided_at` is its Unix time. (Once per woken waiter:
+    each way's histogram is looked up once, not through `labels` every time.)"""
     if decided_at is not None:
-        WAKE_SECONDS.labels(via).observe(max(0.0, time.time() - decided_at))
+        histogram = _wake_seconds.get(via)
+        if histogram is None:
+            histogram = _wake_seconds[via] = WAKE_SECONDS.labels(via)
+        histogram.observe(max(0.0, time.time() - decided_at))
+
+
+_wake_seconds: dict[str, Histogram] = {}
 
 
 def card_delivery(

@@ -38,8 +38,10 @@ async def part_crowd_level(n: int, ids: dict[str, Any], *, pin: bool) -> dict[st
         premature = sum(1 for a in answers if a.done())
 
         log(f"3. crowd: {n} waiters held; deciding all of them in one transaction")
+        cpu_before = proc_cpu_seconds(server.pid)
         expected, committed = await asyncio.to_thread(decide_in_one_transaction, wait_ids)
         results = await asyncio.wait_for(asyncio.gather(*answers), timeout=180)
+        fan_out_cpu = proc_cpu_seconds(server.pid) - cpu_before  # (the decision's own work is this process's)
         correct = sum(
             1
             for cid, (status, body, _, _) in zip(wait_ids, results)
@@ -61,6 +63,7 @@ async def part_crowd_level(n: int, ids: dict[str, Any], *, pin: bool) -> dict[st
             "answered_before_decision": premature,
             "woken_correctly": correct,
             "commit_to_answer_ms": summary_ms(wake),
+            "server_cpu_ms_per_waiter": round(fan_out_cpu * 1000 / n, 4),
         }
         result["met"] = (
             correct == n and premature == 0 and result["commit_to_answer_ms"]["p99"] <= TARGETS["crowd_p99_ms"]

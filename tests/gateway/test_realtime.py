@@ -1,0 +1,165 @@
+"""What a server process does while it wakes a crowd of waiters (`gateway_utils.realtime`): the cyclic
+garbage collector waits until the woken waiters have run, and the re-check of waiters
+(`approvals.waiting`) lets a burst of notifications through before it wakes anyone to read."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from approvals import waiting
+from gateway_utils import realtime
+from gateway_utils.realtime import CollectorPause, waiters
+
+
+@pytest.fixture
+def collector_on():
+    """The collector enabled, as a server has it, and enabled again after the test whatever it did."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if was:
+        gc.enable()
+    else:
+        gc.disable()
+
+
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0)
+
+
+def test_the_collector_waits_until_every_woken_waiter_has_run(collector_on):
+    async def scenario() -> tuple[list[bool], bool]:
+        loop = asyncio.get_running_loop()
+        pause = CollectorPause()
+        enabled_when_run: list[bool] = []
+        futures = [loop.create_future() for _ in range(50)]
+
+        async def waiter(future: asyncio.Future) -> None:
+            await future
+            enabled_when_run.append(gc.isenabled())
+
+        tasks = [loop.create_task(waiter(future)) for future in futures]
+        await asyncio.sleep(0)  # every waiter parked on its future
+        for future in futures[:25]:  # woken as the listener wakes them: one notification after another
+            future.set_result(None)
+            pause.hold(loop)
+        assert not gc.isenabled()
+        await asyncio.sleep(0)  # the next batch, while the first one's waiters run
+        for future in futures[25:]:
+            future.set_result(None)
+            pause.hold(loop)
+        await asyncio.gather(*tasks)
+        await _until(gc.isenabled)  # enabled again once a pass of the loop woke nobody
+        return enabled_when_run, pause.held_since is None
+
+    enabled_when_run, released = asyncio.run(scenario())
+    assert enabled_when_run == [False] * 50
+    assert released and gc.isenabled()
+
+
+def test_a_collector_disabled_by_someone_else_stays_disabled(collector_on):
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pause = CollectorPause()
+        gc.disable()
+        pause.hold(loop)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert pause.held_since is None and not gc.isenabled()
+
+    asyncio.run(scenario())
+
+
+def test_a_pause_ends_at_its_cap_even_while_waiters_keep_being_woken_and_leaves_the_collector_alone_after(collector_on):
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pause = CollectorPause()
+        pause.MAX_SECONDS = 0.05
+        pause.hold(loop)
+        while pause.held_since is not None:  # woken without end: the pause still ends
+            pause.hold(loop)
+            await asyncio.sleep(0)
+        assert gc.isenabled()
+        pause.hold(loop)  # right after a capped pause: no new one for as long again
+        assert gc.isenabled() and pause.held_since is None
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waking_waiters_pauses_the_collector_until_they_have_run(collector_on):
+    async def scenario() -> list[bool]:
+        key = str(uuid.uuid4())
+        futures = [waiters.register(key) for _ in range(3)]
+        enabled_when_run: list[bool] = []
+
+        async def waiter(future: asyncio.Future) -> None:
+            await future
+            enabled_when_run.append(gc.isenabled())
+
+        tasks = [asyncio.create_task(waiter(f)) for f in futures]
+        await asyncio.sleep(0)
+        try:
+            assert waiters.wake(key, {"id": key}) == 3
+            await asyncio.gather(*tasks)
+            await _until(gc.isenabled)
+        finally:
+            for future in futures:
+                waiters.unregister(key, future)
+        return enabled_when_run
+
+    assert asyncio.run(scenario()) == [False] * 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recheck_lets_a_burst_of_notifications_through_before_it_wakes_anyone():
+    """While the listener is hearing a burst, the settled requests it has not reached yet have their
+    notifications on the way: the re-check waits for it to go quiet before waking any of them to read."""
+    conninfo = realtime.conninfo()
+    stop = threading.Event()
+
+    def burst() -> None:  # another process's decisions, one notification after another
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            while not stop.wait(0.01):
+                conn.execute("SELECT pg_notify(%s, %s)", [realtime.CHANNEL, str(uuid.uuid4())])
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        key = str(uuid.uuid4())
+        future = waiters.register(key)  # (starts this loop's listener)
+        sender = threading.Thread(target=burst)
+        try:
+            await asyncio.wait_for(waiters._listener.connected.wait(), 10)
+            sender.start()
+            await _until_heard(loop)
+            started = loop.time()
+            after = loop.create_task(waiting.after_the_burst(limit=600))
+            # The burst goes on for well past the quiet window: the re-check still holds back.
+            await _until_heard(loop, since=started + 3 * waiting.RECHECK_QUIET_SECONDS)
+            assert not after.done()
+            stop.set()
+            await asyncio.wait_for(after, 10)  # quiet again: the re-check goes on
+        finally:
+            stop.set()
+            if sender.is_alive():
+                sender.join()
+            waiters.unregister(key, future)
+
+    asyncio.run(scenario())
+
+
+async def _until_heard(loop: asyncio.AbstractEventLoop, since: float | None = None) -> None:
+    """Until the listener has heard a notification (after `since`, an event-loop time, if given)."""
+    import time
+
+    offset = time.monotonic() - loop.time()  # `last_heard` is time.monotonic()
+    threshold = (since + offset) if since is not None else time.monotonic()
+    while waiters.last_heard <= threshold:
+        await asyncio.sleep(0.01)
