@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -238,11 +239,17 @@ def _insert_head(model: type, vendor: str, with_id: bool, prefix: str = "") -> t
 @dataclasses.dataclass
 class Insert:
     """One row of `rows_insert`: an unsaved instance; skipped if a row with the same `unless_conflict`
-    columns exists; written only if the row at index `after` of the same call was."""
+    columns exists; written only if the row at index `after` of the same call was, and only if `where`
+    (a SQL condition with named `params`) holds."""
 
     instance: Any
     unless_conflict: str = ""
     after: int | None = None
+    where: str = ""
+    params: dict[str, Any] | None = None
+
+
+_PARAM = re.compile(r"%\((\w+)\)s")
 
 
 def rows_insert(rows: list[Insert]) -> list[bool]:
@@ -250,17 +257,22 @@ def rows_insert(rows: list[Insert]) -> list[bool]:
     data-modifying CTE each, their foreign keys checked at the statement's end, so a row may refer to
     one written before it in the list — else one by one; whether each was written. What creating a
     request writes (the request, its `created` event, its card's outbox row, the card's `card_posted`
-    event) is one round trip instead of four."""
+    event, and the tool call that asked) is one round trip instead of five."""
     if connection.vendor != "postgresql":
         written: list[bool] = []
         for row in rows:
-            ok = (row.after is None or written[row.after]) and row_insert(row.instance, unless_conflict=row.unless_conflict)
+            ok = (row.after is None or written[row.after]) and row_insert(
+                row.instance, where=row.where, params=row.params, unless_conflict=row.unless_conflict
+            )
             written.append(bool(ok))
         return written
     ctes, params, outputs = [], {}, []
     for i, row in enumerate(rows):
-        where = f"EXISTS (SELECT 1 FROM r{row.after})" if row.after is not None else ""
-        sql, values = insert_statement(row.instance, where=where, prefix=f"r{i}_")
+        conditions = [f"EXISTS (SELECT 1 FROM r{row.after})"] if row.after is not None else []
+        if row.where:  # (its parameters renamed as this row's own)
+            conditions.append(f"({_PARAM.sub(lambda m, i=i: f'%(r{i}_w_{m.group(1)})s', row.where)})")
+            params.update({f"r{i}_w_{name}": value for name, value in (row.params or {}).items()})
+        sql, values = insert_statement(row.instance, where=" AND ".join(conditions), prefix=f"r{i}_")
         if row.unless_conflict:
             sql += f" ON CONFLICT ({row.unless_conflict}) DO NOTHING"
         pk = connection.ops.quote_name(row.instance._meta.pk.column)

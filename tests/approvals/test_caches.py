@@ -14,7 +14,17 @@ from django.test import Client
 
 from approvals import services
 from approvals.caches import cache
-from approvals.models import Agent, AgentConfigVersion, ApiKey, ToolCall
+from approvals.audit import audit_verify
+from approvals.models import (
+    Agent,
+    AgentConfigVersion,
+    ApiKey,
+    AuditEntry,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Outbox,
+    ToolCall,
+)
 from gateway_utils import realtime
 from hooks import state as hook_state
 from hooks.models import HookState
@@ -29,6 +39,7 @@ agents:
   - name: cached-bot
     hooks:
       - {kind: readonly_guard, tools: ["fs__write"]}
+      - {kind: approval_gate, tools: ["pay"], channel: web, approvers: [alice]}
 """
 
 
@@ -73,6 +84,23 @@ def test_a_key_revoked_but_not_yet_heard_of_is_refused_at_once(agent):
 
     assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
     assert ToolCall.objects.count() == calls  # nothing recorded for a revoked key
+
+
+def test_an_ask_with_a_key_revoked_but_not_yet_heard_of_is_refused_and_writes_nothing(agent):
+    """The call that asks is written with its request in one statement, under the cache's condition:
+    a stale one writes neither (nor their events, card or chain entries)."""
+    assert agent.pre_tool_use("pay", {"amount": 1}).json()["decision"] == "pending"  # (the ask's path, warm)
+    changed_unheard(agent.agent, "UPDATE approvals_apikey SET revoked_at = now() WHERE key_hash = %s",
+                    [ApiKey.hash_key(agent.key)])  # fmt: skip
+    before = (ToolCall.objects.count(), ConfirmationRequest.objects.count(), ConfirmationEvent.objects.count(),
+              Outbox.objects.count(), AuditEntry.objects.count())  # fmt: skip
+
+    response = agent.pre_tool_use("pay", {"amount": 2})
+
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+    assert (ToolCall.objects.count(), ConfirmationRequest.objects.count(), ConfirmationEvent.objects.count(),
+            Outbox.objects.count(), AuditEntry.objects.count()) == before  # fmt: skip
+    assert audit_verify().ok
 
 
 def test_read_only_switched_on_but_not_yet_heard_of_blocks_the_next_call(agent):
