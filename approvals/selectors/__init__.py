@@ -39,6 +39,7 @@ from approvals.selectors.channels import (
     channel_list,
     channel_lookup,
     channel_names,
+    channel_of_agent,
     channels_sending_direct_messages,
     pending_by_channel,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "channel_configs",
     "channel_list",
     "channel_lookup",
+    "channel_of_agent",
     "channel_names",
     "channels_sending_direct_messages",
     "confirmation_as_dict",

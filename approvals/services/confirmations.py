@@ -97,13 +97,12 @@ def confirmation_create(
     links them into the chain.
     """
     now = now or timezone.now()
-    try:
-        channel = Channel.objects.get(name=spec.channel)
-    except Channel.DoesNotExist:
-        raise InvalidInput(f"approval gate {spec.gate!r} names channel {spec.channel!r}, which does not exist") from None
+    channel = selectors.channel_of_agent(agent=agent, name=spec.channel)
+    if channel is None:
+        raise InvalidInput(f"approval gate {spec.gate!r} names channel {spec.channel!r}, which does not exist")
     escalate_channel = None
     if spec.escalate_channel:
-        escalate_channel = Channel.objects.filter(name=spec.escalate_channel).first()
+        escalate_channel = selectors.channel_of_agent(agent=agent, name=spec.escalate_channel)
     lead_id = None
     # A card its channel's digest gathers is kept back (docs/policies.md, "Risk"); such a call neither
     # joins a turn's card nor is joined: it is listed, and decided, on its own line of a digest.

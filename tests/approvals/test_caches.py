@@ -243,3 +243,36 @@ def test_an_allowed_call_served_from_the_caches_is_one_statement(agent):
         assert agent.pre_tool_use("web__search", {"q": "x"}).json()["decision"] == "allow"
     assert not [sql for sql in sent if "approvals_team" in sql], sent
     assert len(sent) == 1 and "INSERT INTO" in sent[0] and "approvals_toolcall" in sent[0], sent
+
+
+def test_an_ask_served_from_the_caches_reads_no_channel(agent):
+    """The channel a gate names is cached with the agent's hooks: an ask reads it once per process."""
+    sent: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    assert agent.pre_tool_use("pay", {"amount": 1}).json()["decision"] == "pending"
+    with on_new_connections(count):
+        assert agent.pre_tool_use("pay", {"amount": 2}).json()["decision"] == "pending"
+    assert sent and not [sql for sql in sent if 'FROM "approvals_channel"' in sql], sent
+
+
+CARDS_ON_SLACK = CONFIG.replace(
+    "channels: [{name: web, kind: web}]",
+    "channels: [{name: web, kind: slack, bot_token: xoxb-1-2-cached, signing_secret: cached-secret, "
+    "channel_id: C0CACHED, api_base_url: 'http://127.0.0.1:9/api/'}]",
+)
+
+
+def test_a_channel_changed_through_the_config_is_the_one_the_next_ask_uses(agent):
+    first = agent.pre_tool_use("pay", {"amount": 1}).json()
+    assert Outbox.objects.get(confirmation_id=first["confirmation_id"], kind="card").status == "sent"  # the page
+
+    apply_config(CARDS_ON_SLACK)  # committed; whether or not this server has heard of it yet
+    then = agent.pre_tool_use("pay", {"amount": 2}).json()
+
+    card = Outbox.objects.get(confirmation_id=then["confirmation_id"], kind="card")
+    assert card.status == "pending"  # a card for a worker to post to Slack, not the web page
+    assert audit_verify().ok
