@@ -82,7 +82,7 @@ def config_apply(*, config: GatewayConfig, source: str) -> ApplySummary:
             summary.channels_updated.append(channel.name)
         else:
             summary.unchanged.append(f"channel {channel.name}")
-    if summary.channels_created or summary.channels_updated:
+    if summary.channels_updated:  # (a channel just created is in no cache: a name not found is not kept)
         channels_changed()
     for agent_cfg in config.agents:
         team = team_named(agent_cfg.team)
