@@ -1,10 +1,11 @@
-"""Per-process caches of what every tool call reads: the API key's agent, the agent's hooks, and
-the session's context (what session-start and the current turn said: `hooks.state`).
+"""Per-process caches of what every tool call reads: the API key's agent, the agent's hooks, the
+session's context (what session-start and the current turn said: `hooks.state`), and the channels the
+agent's hooks send requests to.
 
 They serve only while this process hears the database's change notifications
 (`gateway_utils.realtime.listening()`): every service that changes a key, an agent or
 its hooks calls `config_changed(agent_id)` inside its transaction, which bumps
-the agent's `generation` and announces it; `hooks.state.session_remember`
+the agent's `generation` and announces it (a changed channel: `channels_changed`, every agent's); `hooks.state.session_remember`
 announces a session's new context the same way. The listener of every server
 process hears it at commit and drops those entries, and a listener that
 (re)connects makes every cache forget everything. A process that does not
@@ -83,6 +84,7 @@ class _Cache:
         self._keys: dict[str, _Entry[KeyHolder]] = {}  # key hash -> holder
         self._hooks: dict[int, _Entry[Any]] = {}  # agent id -> (generation, version, hooks)
         self._sessions: collections.OrderedDict[str, _Entry[Any]] = collections.OrderedDict()  # -> stored
+        self._channels: dict[tuple[int, str], _Entry[Any]] = {}  # (agent id, name) -> (generation, row)
         self.last_used: dict[int, dt.datetime] = {}  # key id -> last time written to the key's row
 
     def forget(self, what: str) -> None:
@@ -93,12 +95,15 @@ class _Cache:
                 self._hooks.pop(agent_id, None)
                 for key_hash in [h for h, entry in self._keys.items() if entry.value.agent_id == agent_id]:
                     del self._keys[key_hash]
+                for named in [named for named in self._channels if named[0] == agent_id]:
+                    del self._channels[named]
             elif what.startswith(SESSION_CHANGED_PREFIX):
                 self._sessions.pop(what, None)
             else:
                 self._keys.clear()
                 self._hooks.clear()
                 self._sessions.clear()
+                self._channels.clear()
 
     def _get(self, table: dict[Any, _Entry[T]], key: Any, read: Callable[[], T | None]) -> T | None:
         if not realtime.listening():
@@ -130,6 +135,10 @@ class _Cache:
 
     def agent_hooks(self, agent_id: int, read: Callable[[], Any]) -> Any:
         return self._get(self._hooks, agent_id, read)
+
+    def agent_channel(self, agent_id: int, name: str, read: Callable[[], Any]) -> Any:
+        """A channel the agent's hooks name, as of the agent's generation it was read under."""
+        return self._get(self._channels, (agent_id, name), read)
 
     def peek_session_context(self, agent: str, session_id: str) -> tuple[Any] | None:
         """`(stored,)` if a session's context is cached and fresh, else None (no database read)."""
@@ -164,6 +173,14 @@ realtime.on_config_changed(cache.forget)
 
 class StaleCache(Exception):
     """A call was served from a cache that a committed change had made stale: serve it afresh."""
+
+
+def channels_changed() -> None:
+    """Inside a writing transaction that changed a channel: requests name channels through their agents'
+    hooks, so every agent's generation is bumped (a call served from the caches meanwhile is recorded
+    only under its agent's current generation), and every server process forgets everything."""
+    Agent.objects.update(generation=F("generation") + 1)
+    realtime.notify_config_changed(realtime.EVERYTHING)
 
 
 def config_changed(agent_id: int) -> None:

@@ -8,6 +8,7 @@ views here answer at once (the `/wait` view is the same wait, for non-ASGI use).
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any
 
@@ -114,6 +115,19 @@ class JsonValueField(serializers.JSONField):
         return value
 
 
+def _nested(field: serializers.Field) -> bool:
+    """A field holding other fields (a serializer, a list's or dict's child)."""
+    return isinstance(field, serializers.BaseSerializer) or hasattr(field, "child")
+
+
+def _holds_serializer(field: serializers.Field) -> bool:
+    """A serializer, or a list or dict of them."""
+    return isinstance(field, serializers.BaseSerializer) or isinstance(getattr(field, "child", None), serializers.BaseSerializer)
+
+
+_SHARED_FIELDS: dict[type, Any] = {}  # StrictSerializer class -> its fields, bound once
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know, so a typo is an error rather than ignored, and a body giving both
     fields of an `exclusive` pair (the OpenAPI document says so too: `approvals.api.schema`)."""
@@ -122,13 +136,27 @@ class StrictSerializer(serializers.Serializer):
 
     def get_fields(self):
         # DRF deep-copies every declared field for each serializer, which re-runs each field's
-        # __init__ (~140 µs of a pre-tool-use call). A flat field keeps no per-call state, so a
-        # shallow copy (to bind to this serializer) is enough; nested ones are still deep-copied.
+        # __init__. A flat field keeps no per-call state, so a shallow copy (to bind to this
+        # serializer) is enough; nested ones are still deep-copied.
         return {
-            name: copy.deepcopy(field) if isinstance(field, serializers.BaseSerializer) or hasattr(field, "child")
-            else copy.copy(field)
+            name: copy.deepcopy(field) if _nested(field) else copy.copy(field)
             for name, field in self._declared_fields.items()
         }  # fmt: skip
+
+    @functools.cached_property
+    def fields(self):
+        # Copying and binding the fields anew for every body still cost ~140 µs of a pre-tool-use call
+        # (two thirds of its validation). Fields keep no state of the call — it is the serializer's —
+        # and read their serializer only for its context and `partial`: a serializer of its own (not a
+        # field of another), with neither and no serializer among its fields, uses its class's fields,
+        # bound once to an instance that never holds data.
+        if self.parent is not None or self._context or self.partial or any(map(_holds_serializer, self._declared_fields.values())):
+            return serializers.Serializer.fields.func(self)
+        cls = type(self)
+        shared = _SHARED_FIELDS.get(cls)
+        if shared is None:
+            shared = _SHARED_FIELDS[cls] = serializers.Serializer.fields.func(cls())
+        return shared
 
     def validate(self, attrs):
         unknown = set(self.initial_data) - set(self.fields)

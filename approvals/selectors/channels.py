@@ -4,11 +4,13 @@ anything can fall due soon anywhere: `nothing_due_before`)."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-from django.db import connections, router
+from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.db.models import Count, Min
 
-from approvals.models import Channel, ConfirmationRequest, Outbox, OutboxStatus, Status
+from approvals.caches import cache
+from approvals.models import Agent, Channel, ConfirmationRequest, Outbox, OutboxStatus, Status
 from gateway_contract import ChannelAdapter, get_adapter
 
 
@@ -60,6 +62,31 @@ def channels_sending_direct_messages() -> list[str]:
 def channel_lookup(*, name: str) -> Channel | None:
     """The channel named `name`; None if there is none."""
     return Channel.objects.filter(name=name).first()
+
+
+def channel_of_agent(*, agent: Agent, name: str) -> Channel | None:
+    """The channel named `name` (None if there is none), for a request of `agent`, whose hooks name it:
+    cached per process while it hears changes, as of `agent.generation` like the hooks
+    (`approvals.caches`: a changed channel bumps every agent's generation). Read, it cost every request
+    created a query composed by the ORM (~0.3 ms of the server's CPU) and a round trip."""
+    if not cache.active():
+        return channel_lookup(name=name)
+
+    def read() -> tuple[int, list[Any]] | None:
+        generation = Agent.objects.filter(pk=agent.pk).values_list("generation", flat=True).first()
+        channel = channel_lookup(name=name)  # (after the generation: a change between the two is seen next time)
+        return None if channel is None else (generation, [getattr(channel, f.attname) for f in _CHANNEL_FIELDS])
+
+    entry = cache.agent_channel(agent.pk, name, read)
+    if entry is not None and entry[0] != agent.generation:  # cached under another generation than the caller's
+        cache.forget(f"agent:{agent.pk}")
+        entry = read()
+    if entry is None:
+        return None
+    return Channel.from_db(DEFAULT_DB_ALIAS, None, entry[1])  # (a row of its own for each caller)
+
+
+_CHANNEL_FIELDS = Channel._meta.concrete_fields
 
 
 def channel_list() -> list[Channel]:

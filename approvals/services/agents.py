@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from approvals import selectors
-from approvals.caches import config_changed
+from approvals.caches import channels_changed, config_changed
 from approvals.config_schema import GatewayConfig, stored_hooks
 from approvals.models import DEFAULT_TEAM, Agent, AgentConfigVersion, Channel, Team
 from approvals.types import ApplySummary
@@ -82,6 +82,8 @@ def config_apply(*, config: GatewayConfig, source: str) -> ApplySummary:
             summary.channels_updated.append(channel.name)
         else:
             summary.unchanged.append(f"channel {channel.name}")
+    if summary.channels_updated:  # (a channel just created is in no cache: a name not found is not kept)
+        channels_changed()
     for agent_cfg in config.agents:
         team = team_named(agent_cfg.team)
         agent, created = Agent.objects.get_or_create(name=agent_cfg.name, defaults={"team": team})

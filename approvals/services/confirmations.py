@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -86,20 +87,23 @@ def confirmation_create(
     kind: str = RequestKind.CONFIRMATION,
     answer_schema: dict[str, Any] | None = None,
     default_answer: Any = None,
+    also: Callable[[ConfirmationRequest], list[Insert]] | None = None,
 ) -> ConfirmationRequest:
     """Insert the request, its `created` event and its card outbox row (the caller holds the transaction).
 
     A call of a turn that already has a pending request in the same channel joins that request's
     card (`batch_lead`) instead of getting its own, when the channel's cards can list a turn.
+    `also(request)`: the caller's rows about the request (built, not yet written), written in the same
+    statement after the request's own (the tool call that asked: `services.tool_calls`); the caller
+    links them into the chain.
     """
     now = now or timezone.now()
-    try:
-        channel = Channel.objects.get(name=spec.channel)
-    except Channel.DoesNotExist:
-        raise InvalidInput(f"approval gate {spec.gate!r} names channel {spec.channel!r}, which does not exist") from None
+    channel = selectors.channel_of_agent(agent=agent, name=spec.channel)
+    if channel is None:
+        raise InvalidInput(f"approval gate {spec.gate!r} names channel {spec.channel!r}, which does not exist")
     escalate_channel = None
     if spec.escalate_channel:
-        escalate_channel = Channel.objects.filter(name=spec.escalate_channel).first()
+        escalate_channel = selectors.channel_of_agent(agent=agent, name=spec.escalate_channel)
     lead_id = None
     # A card its channel's digest gathers is kept back (docs/policies.md, "Risk"); such a call neither
     # joins a turn's card nor is joined: it is listed, and decided, on its own line of a digest.
@@ -170,6 +174,7 @@ def confirmation_create(
         confirmation_id=confirmation.pk, kind=EventKind.CREATED, actor=f"agent:{agent.name}", channel="", message=spec.reason,
         data={},
     )
+    extra = also(confirmation) if also is not None else []
     if lead_id is None:
         # The request, its `created` event, its card (and, on the web page, the card's `card_posted`
         # event): one statement. (The ORM's save machinery costs more than an INSERT, on every request.)
@@ -177,13 +182,13 @@ def confirmation_create(
         if held:
             card.status = OutboxStatus.HELD  # posted with its channel's next digest (approvals.services.digests)
         inserts = [Insert(confirmation), Insert(created), Insert(card, unless_conflict="dedupe_key")]
-        written = rows_insert([*inserts, *([Insert(posted, after=2)] if posted is not None else [])])
+        written = rows_insert([*inserts, *([Insert(posted, after=2)] if posted is not None else []), *extra])
         audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
         audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
         _card_written(card, posted, written=written[2], agent_id=agent.pk)
         return confirmation
     # A call joining its turn's card: the lead's card is redrawn with it.
-    rows_insert([Insert(confirmation), Insert(created)])
+    rows_insert([Insert(confirmation), Insert(created), *extra])
     audit_append(agent_id=agent.pk, action=AuditAction.RECORDED, row=confirmation)
     audit_append(agent_id=agent.pk, action=AuditAction.EVENT, row=created)
     event_record(

@@ -37,10 +37,10 @@ from approvals.arguments import args_fingerprint, editable_paths, mask_record, m
 from approvals.caches import StaleCache, cache
 from approvals.errors import GatewayError, IdempotencyMismatch
 from approvals.models import Agent, AuditAction, ConfirmationRequest, Grant, Status, ToolCall
-from approvals.services.audit import audit_insert_linked, audit_transaction
+from approvals.services.audit import audit_append, audit_insert_linked, audit_transaction
 from approvals.services.confirmations import confirmation_create
 from approvals.services.grants import grant_reason, grant_use
-from approvals.services.records import insert_statement
+from approvals.services.records import Insert, insert_statement
 from approvals.types import IDEMPOTENT_REPLAY, PreToolUseAnswer
 from hooks import state as hook_state
 from hooks.base import AskSpec, pre_tool_use_context
@@ -200,6 +200,15 @@ def tool_call_pre(
             with transaction.atomic() if transaction.get_connection().in_atomic_block else contextlib.nullcontext():
                 _insert(record, served_under, stored)
             return answer
+        def asked(confirmation: ConfirmationRequest) -> list[Insert]:
+            # The call that asks, written with its request in one statement — only if the caches it
+            # was served from are still current (`_served_condition`: else nothing is, StaleCache).
+            answer.confirmation_id = str(confirmation.id)
+            record.confirmation = confirmation
+            record.response = _kept_answer(answer, own_args=tool_args, stored_args=outcome.stored_args)
+            where, params = _served_condition(record, served_under, stored)
+            return [Insert(record, where=where, params=params)]
+
         # The call and its request's events go into the agent's audit chain together, at the end
         # (`audit_transaction`): the chain's head is held for one statement and the COMMIT.
         with audit_transaction():
@@ -218,11 +227,17 @@ def tool_call_pre(
                 config_version=version,
                 callback_url=callback_url,
                 now=now,
+                also=asked,
             )
-            record.confirmation, record.grant = confirmation, grant
-            record.decision, record.reason = answer.decision, answer.reason  # a grant allows
-            record.response = _kept_answer(answer, own_args=tool_args, stored_args=outcome.stored_args)
-            _insert(record, served_under, stored)
+            if confirmation is not None:  # the call was written with its request
+                if record._state.adding:
+                    raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
+                audit_append(agent_id=record.agent_id, action=AuditAction.ASKED, row=record)
+            else:  # a grant allows it
+                record.grant = grant
+                record.decision, record.reason = answer.decision, answer.reason
+                record.response = _kept_answer(answer, own_args=tool_args, stored_args=outcome.stored_args)
+                _insert(record, served_under, stored)
     except IntegrityError:
         # A concurrent request with the same idempotency key won the insert.
         existing = _asked_before(agent, idempotency_key, served_under) if idempotency_key else None
@@ -250,6 +265,23 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
     """INSERT the record and link it into its agent's audit chain, in one statement; with
     `served_under`, only if its agent's generation is still that and its session's context still
     `session_stored` (else StaleCache, nothing written)."""
+    where, params = _served_condition(record, served_under, session_stored)
+    if not audit_insert_linked(
+        row=record,
+        insert=lambda condition: insert_statement(record, where=condition),
+        where=where,
+        params=params,
+        agent_id=record.agent_id,
+        action=AuditAction.ASKED,
+    ):
+        raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
+    record._state.adding = False
+
+
+def _served_condition(record: ToolCall, served_under: int | None, session_stored: Any) -> tuple[str, dict[str, Any]]:
+    """The condition (SQL, named parameters) the record's INSERT carries when the call was served from
+    the caches (`served_under`): its agent's generation is still that, and its session's context still
+    `session_stored`. None otherwise."""
     where, params = "", {}
     if served_under is not None:
         quote = connection.ops.quote_name
@@ -264,16 +296,7 @@ def _insert(record: ToolCall, served_under: int | None, session_stored: Any) -> 
             )
             where += f" AND {unchanged}"
             params.update(more)
-    if not audit_insert_linked(
-        row=record,
-        insert=lambda condition: insert_statement(record, where=condition),
-        where=where,
-        params=params,
-        agent_id=record.agent_id,
-        action=AuditAction.ASKED,
-    ):
-        raise StaleCache(f"agent {record.agent_id} changed since generation {served_under}")
-    record._state.adding = False
+    return where, params
 
 
 def _ask_or_grant(

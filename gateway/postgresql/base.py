@@ -22,12 +22,50 @@ and a click's transaction that failed before its COMMIT is served again (`approv
 
 from __future__ import annotations
 
+import functools
 import select
 from typing import Any
 
 import psycopg
 from django.db.backends.postgresql import base
+from psycopg import _queries
 from psycopg_pool import ConnectionPool
+
+# psycopg parses a statement's placeholders (`%(name)s` → `$n`) on every execute, and keeps what it
+# parsed only for statements of at most 4 KB and 50 parameters (`_queries.MAX_CACHED_STATEMENT_*`: an
+# ORM's `INSERT … VALUES (…), (…)` of varying length would fill its cache with statements never sent
+# again). The statements the gateway writes out itself are longer and sent on every request — a request's
+# creation, its event and its card are one statement of some 80 parameters (`approvals.services.records`)
+# — and parsing one took more of the server's CPU than composing it. Those up to these bounds are kept
+# too, in a cache of their own, so the ORM's one-off statements cannot push psycopg's out.
+PARSED_MAX_BYTES = 16_384
+PARSED_MAX_PARAMS = 256
+_parsed = functools.lru_cache(maxsize=64)(_queries._query2pg_nocache)
+
+
+class _KeptQuery(_queries.PostgresQuery):
+    """psycopg's server-side query, whose parsing of a statement over psycopg's own caching bounds (and
+    within ours) is done once per process."""
+
+    def convert(self, query: Any, vars: Any) -> None:
+        if (
+            vars is None
+            or not isinstance(query, str)
+            or len(vars) > PARSED_MAX_PARAMS
+            or len(query) > PARSED_MAX_BYTES
+            or (len(query) <= _queries.MAX_CACHED_STATEMENT_LENGTH and len(vars) <= _queries.MAX_CACHED_STATEMENT_PARAMS)
+        ):
+            return super().convert(query, vars)
+        self.query, self._want_formats, self._order, self._parts = _parsed(
+            query.encode(self._tx.encoding), self._tx.encoding
+        )
+        self.dump(vars)
+
+
+class ServerBindingCursor(base.ServerBindingCursor):
+    """Django's cursor for server-side binding, keeping the parsing of the gateway's long statements."""
+
+    _query_cls = _KeptQuery
 
 
 def closed_by_server(connection: psycopg.Connection) -> bool:
@@ -48,6 +86,12 @@ def closed_by_server(connection: psycopg.Connection) -> bool:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    def get_connection_params(self) -> dict[str, Any]:
+        params = super().get_connection_params()
+        if params.get("cursor_factory") is base.ServerBindingCursor:  # (server-side binding: GATEWAY_DB_PREPARE_AFTER)
+            params["cursor_factory"] = ServerBindingCursor
+        return params
+
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)
         pool = self.pool

@@ -14,7 +14,17 @@ from django.test import Client
 
 from approvals import services
 from approvals.caches import cache
-from approvals.models import Agent, AgentConfigVersion, ApiKey, ToolCall
+from approvals.audit import audit_verify
+from approvals.models import (
+    Agent,
+    AgentConfigVersion,
+    ApiKey,
+    AuditEntry,
+    ConfirmationEvent,
+    ConfirmationRequest,
+    Outbox,
+    ToolCall,
+)
 from gateway_utils import realtime
 from hooks import state as hook_state
 from hooks.models import HookState
@@ -29,6 +39,7 @@ agents:
   - name: cached-bot
     hooks:
       - {kind: readonly_guard, tools: ["fs__write"]}
+      - {kind: approval_gate, tools: ["pay"], channel: web, approvers: [alice]}
 """
 
 
@@ -73,6 +84,23 @@ def test_a_key_revoked_but_not_yet_heard_of_is_refused_at_once(agent):
 
     assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
     assert ToolCall.objects.count() == calls  # nothing recorded for a revoked key
+
+
+def test_an_ask_with_a_key_revoked_but_not_yet_heard_of_is_refused_and_writes_nothing(agent):
+    """The call that asks is written with its request in one statement, under the cache's condition:
+    a stale one writes neither (nor their events, card or chain entries)."""
+    assert agent.pre_tool_use("pay", {"amount": 1}).json()["decision"] == "pending"  # (the ask's path, warm)
+    changed_unheard(agent.agent, "UPDATE approvals_apikey SET revoked_at = now() WHERE key_hash = %s",
+                    [ApiKey.hash_key(agent.key)])  # fmt: skip
+    before = (ToolCall.objects.count(), ConfirmationRequest.objects.count(), ConfirmationEvent.objects.count(),
+              Outbox.objects.count(), AuditEntry.objects.count())  # fmt: skip
+
+    response = agent.pre_tool_use("pay", {"amount": 2})
+
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+    assert (ToolCall.objects.count(), ConfirmationRequest.objects.count(), ConfirmationEvent.objects.count(),
+            Outbox.objects.count(), AuditEntry.objects.count()) == before  # fmt: skip
+    assert audit_verify().ok
 
 
 def test_read_only_switched_on_but_not_yet_heard_of_blocks_the_next_call(agent):
@@ -215,3 +243,36 @@ def test_an_allowed_call_served_from_the_caches_is_one_statement(agent):
         assert agent.pre_tool_use("web__search", {"q": "x"}).json()["decision"] == "allow"
     assert not [sql for sql in sent if "approvals_team" in sql], sent
     assert len(sent) == 1 and "INSERT INTO" in sent[0] and "approvals_toolcall" in sent[0], sent
+
+
+def test_an_ask_served_from_the_caches_reads_no_channel(agent):
+    """The channel a gate names is cached with the agent's hooks: an ask reads it once per process."""
+    sent: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    assert agent.pre_tool_use("pay", {"amount": 1}).json()["decision"] == "pending"
+    with on_new_connections(count):
+        assert agent.pre_tool_use("pay", {"amount": 2}).json()["decision"] == "pending"
+    assert sent and not [sql for sql in sent if 'FROM "approvals_channel"' in sql], sent
+
+
+CARDS_ON_SLACK = CONFIG.replace(
+    "channels: [{name: web, kind: web}]",
+    "channels: [{name: web, kind: slack, bot_token: xoxb-1-2-cached, signing_secret: cached-secret, "
+    "channel_id: C0CACHED, api_base_url: 'http://127.0.0.1:9/api/'}]",
+)
+
+
+def test_a_channel_changed_through_the_config_is_the_one_the_next_ask_uses(agent):
+    first = agent.pre_tool_use("pay", {"amount": 1}).json()
+    assert Outbox.objects.get(confirmation_id=first["confirmation_id"], kind="card").status == "sent"  # the page
+
+    apply_config(CARDS_ON_SLACK)  # committed; whether or not this server has heard of it yet
+    then = agent.pre_tool_use("pay", {"amount": 2}).json()
+
+    card = Outbox.objects.get(confirmation_id=then["confirmation_id"], kind="card")
+    assert card.status == "pending"  # a card for a worker to post to Slack, not the web page
+    assert audit_verify().ok

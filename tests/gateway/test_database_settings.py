@@ -94,3 +94,22 @@ def test_the_listen_connection_is_given_libpqs_parameters_only():
 
     assert "prepare_threshold" not in info  # psycopg's, not libpq's: the connection would be refused
     assert "dbname=" in info and "keepalives=1" in info
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_statement_is_parsed_once_per_process_and_runs_with_each_call_s_values():
+    """psycopg keeps its parsing of a statement only up to 4 KB and 50 parameters; the gateway's own long
+    statements (a request's creation: ~80 parameters) are kept by its backend (gateway/postgresql/base.py)."""
+    statement = "SELECT " + ", ".join(f"%(p{i})s::int" for i in range(80))
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, {f"p{i}": i for i in range(80)})
+        assert cursor.fetchone() == tuple(range(80))
+        cursor.execute(statement, {f"p{i}": 2 * i for i in range(80)})
+        assert cursor.fetchone() == tuple(2 * i for i in range(80))
+        first = cursor.cursor._convert_query(statement, {f"p{i}": i for i in range(80)})
+        again = cursor.cursor._convert_query(statement, {f"p{i}": -i for i in range(80)})
+
+    assert first._parts is again._parts  # parsed once
+    assert first.query == again.query and first.query.startswith(b"SELECT $1::int, $2::int")
+    assert first.params != again.params
