@@ -121,8 +121,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-# Django's database sessions, read by a prepared statement (channels_ext/web/sessions.py).
-SESSION_ENGINE = "channels_ext.web.sessions"
+# Django's database sessions, read by a prepared statement (gateway.sessions.py).
+SESSION_ENGINE = "gateway.sessions"
 
 ROOT_URLCONF = "gateway.urls"
 ASGI_APPLICATION = "gateway.asgi.application"

@@ -1,4 +1,4 @@
-"""The pages' sessions (channels_ext/web/sessions.py): Django's database sessions, read by a prepared
+"""The pages' sessions (gateway.sessions.py): Django's database sessions, read by a prepared
 statement — signed in, signed out, expired and forged exactly as Django's own engine has them."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_gateway_reads_sessions_with_its_prepared_read(agent, people):
-    assert settings.SESSION_ENGINE == "channels_ext.web.sessions"
+    assert settings.SESSION_ENGINE == "gateway.sessions"
     alice = signed_in("alice")
 
     assert alice.get(reverse("approval-inbox")).status_code == 200

@@ -1,4 +1,4 @@
-"""The pages' sessions: Django's database sessions, the read of a session by its key a prepared statement.
+"""The pages' session engine (SESSION_ENGINE): Django's database sessions, the read of a session by its key a prepared statement.
 
 Every page an approver opens, and every click they make on one, first reads their session. Django
 composes that read with the ORM on each request (`Session.objects.get(session_key=…,
