@@ -71,12 +71,16 @@ def wake() -> None:
 
 
 def resting() -> float:
-    """How many more seconds beat may skip the tick (0: send it)."""
+    """How many more seconds beat may skip the tick (0: send it). A key with no expiry, or with more left
+    than GATEWAY_TICK_REST_SECONDS (set under a longer setting, or by hand), is no rest of this gateway's:
+    a tick is never held back longer than one rest."""
     redis_client = client()
     if redis_client is None:
         return 0.0
     try:
         left_ms = redis_client.pttl(KEY)
     except redis.RedisError:
+        return 0.0
+    if left_ms > settings.GATEWAY_TICK_REST_SECONDS * 1000:
         return 0.0
     return max(0.0, left_ms / 1000)

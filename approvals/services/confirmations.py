@@ -206,7 +206,7 @@ def _timers_soon(confirmation: ConfirmationRequest, *, now: dt.datetime) -> None
     """A deadline or timer due before beat's resting tick would look again (gateway_utils.tick_rest) ends the
     rest at commit: the sweep and the timers see this request on time even when it queues no delivery (a web
     card, a card kept for a digest). Only such short timers pay the broker's round trip; a request due later
-    is seen by a tick after the rest (it keeps the ticks coming while it is pending)."""
+    is seen in time by the first tick after the rest (`selectors.nothing_due_before`)."""
     rest = settings.GATEWAY_TICK_REST_SECONDS
     if rest <= 0:
         return

@@ -198,3 +198,15 @@ def test_a_deadline_due_within_the_rest_ends_it_and_the_request_is_swept_on_time
     wait_until(lambda: ConfirmationRequest.objects.get(pk=quick).status == "expired", timeout=15)
     assert ConfirmationRequest.objects.get(pk=quick).decided_by == SYSTEM_ACTOR
     agent.http.close()
+
+
+def test_a_rest_longer_than_the_setting_or_without_an_expiry_holds_nothing_back(settings):
+    """A key left by a longer GATEWAY_TICK_REST_SECONDS, or set by hand without an expiry, is no rest: beat
+    is never held back longer than one rest of the current setting."""
+    redis_client = tick_rest.client()
+    redis_client.set(tick_rest.KEY, "1", px=600_000)
+    assert tick_rest.resting() == 0
+    redis_client.set(tick_rest.KEY, "1")
+    assert tick_rest.resting() == 0
+    redis_client.set(tick_rest.KEY, "1", px=5_000)
+    assert 0 < tick_rest.resting() <= 5
