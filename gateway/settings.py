@@ -407,7 +407,10 @@ LOGIN_REDIRECT_URL = "approval-inbox"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?failed=idp"  # a path: mozilla-django-oidc redirects to it as it is
 AUTHENTICATION_BACKENDS = [
     *(["channels_ext.web.sign_in.IdentityProviderBackend"] if GATEWAY_OIDC_ENABLED else []),
-    "django.contrib.auth.backends.ModelBackend",  # local passwords stay (`make run`, break-glass admins)
+    # local passwords stay (`make run`, break-glass admins); Django's own backend after it serves the
+    # sessions it signed in before (gateway/auth_backends.py)
+    "gateway.auth_backends.PasswordBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 # --- DRF -------------------------------------------------------------------

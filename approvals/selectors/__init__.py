@@ -78,6 +78,7 @@ from approvals.selectors.people import (
     self_approval_refusal,
     stand_in_for,
     stand_ins_of,
+    user_by_id,
 )
 from approvals.selectors.requests import (
     UNVERIFIED_QUESTION_REASON,
@@ -179,6 +180,7 @@ __all__ = [
     "self_approval_refusal",
     "stand_in_for",
     "stand_ins_of",
+    "user_by_id",
     "still_to_answer",
     "team_ids_of",
     "team_names_of",

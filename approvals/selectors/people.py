@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import ConfirmationRequest, Person, PersonIdentity, StandIn
+from approvals.prepared import PreparedRead
 from approvals.selectors import standing
 from gateway_contract import ACTOR_KINDS
 
@@ -450,3 +452,17 @@ def _people_linked(raw: list[str], *, kind: str) -> list[int]:
             },
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+# The signed-in user, read on every page and click (the sign-in backends' `get_user`), prepared once per
+# connection (approvals.prepared) rather than composed by the ORM each time.
+_USER_READ = PreparedRead(lambda pk: get_user_model()._default_manager.filter(pk=pk))
+
+
+def user_by_id(user_id: Any) -> Any | None:
+    """The Django user whose id a session holds, or None (no such user, or an id that is not one)."""
+    try:
+        pk = get_user_model()._meta.pk.to_python(user_id)
+    except ValidationError:
+        return None
+    return None if pk is None else _USER_READ.first(pk)

@@ -38,7 +38,7 @@ def test_it_is_off_unless_configured(tmp_path):
     shown = json.loads(settings_with(tmp_path).stdout)
     assert shown["on"] is False and shown["token"] is None
     assert shown["groups"] == "" and shown["group_ids"] == {}  # the groups claim is not mapped
-    assert shown["backends"] == ["django.contrib.auth.backends.ModelBackend"]
+    assert shown["backends"] == ["gateway.auth_backends.PasswordBackend", "django.contrib.auth.backends.ModelBackend"]
 
 
 def test_configured_it_is_on_beside_local_passwords(tmp_path):
@@ -46,6 +46,7 @@ def test_configured_it_is_on_beside_local_passwords(tmp_path):
     assert shown["on"] is True and shown["token"] == "https://login.example.com/token"
     assert shown["backends"] == [
         "channels_ext.web.sign_in.IdentityProviderBackend",
+        "gateway.auth_backends.PasswordBackend",
         "django.contrib.auth.backends.ModelBackend",
     ]
     assert shown["groups"] == "" and shown["group_ids"] == {}

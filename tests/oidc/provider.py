@@ -68,6 +68,7 @@ class LocalProvider:
             "GATEWAY_OIDC_LABEL": "Example Corp SSO",
             "AUTHENTICATION_BACKENDS": [
                 "channels_ext.web.sign_in.IdentityProviderBackend",
+                "gateway.auth_backends.PasswordBackend",
                 "django.contrib.auth.backends.ModelBackend",
             ],
         }
