@@ -270,12 +270,15 @@ def confirmation_transition(
     event_message: str = "",
     event_data: dict[str, Any] | None = None,
     locked: ConfirmationRequest | None = None,
+    locked_verifies: bool = False,
     answer: Any = None,
 ) -> bool:
     """pending -> `to_status` as ONE conditional UPDATE. True if this call won.
 
     `locked`: the request's row as the caller read it under its row lock in this transaction
     (it is not read again: what the rest needs — its id, agent, callback URL — cannot have changed).
+    `locked_verifies`: the caller checked that row's `decision_mac` (a click refuses a record that does
+    not verify) and changed nothing of it since: it is signed anew without being checked twice.
 
     `decided_by` is channel-qualified (`slack:U…`, `web:alice`, `gateway`…), `decided_by_name`
     its display name; an approval with edits sets `arg_edits` and `approved_args` in the same UPDATE.
@@ -289,7 +292,7 @@ def confirmation_transition(
     if to_status == Status.ANSWERED:
         fields["answer"] = answer  # a question's answer, in the same UPDATE as the move
     decided = {"status": to_status, "decided_by": decided_by, "decided_at": now, "decision_reason": reason, **fields}
-    mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided)
+    mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided, verified=locked_verifies)
     if extra_filter is None:  # (a click's, an expiry's: one statement written out)
         changed = rows_update(
             ConfirmationRequest,
@@ -331,11 +334,13 @@ def confirmation_transition(
     return True
 
 
-def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _signed_anew(
+    row: ConfirmationRequest | Any, changes: dict[str, Any], *, verified: bool = False
+) -> tuple[str, dict[str, Any]]:
     """The `decision_mac` of a request (its row, or its id: read) after `changes`, and its signed fields as
-    they are: signed anew if its record verifies now, else left as it is — a request changed behind the
-    gateway's back stays unverifiable whatever happens to it next, so no decision of the gateway
-    launders it."""
+    they are: signed anew if its record verifies now (`verified`: the caller checked this very row), else
+    left as it is — a request changed behind the gateway's back stays unverifiable whatever happens to it
+    next, so no decision of the gateway launders it."""
     if not isinstance(row, ConfirmationRequest):
         read = ConfirmationRequest.objects.filter(pk=row).values(*REQUEST_SIGNED, "decision_mac").first()
         values = dict(read) if read else {field: None for field in (*REQUEST_SIGNED, "decision_mac")}
@@ -343,7 +348,7 @@ def _signed_anew(row: ConfirmationRequest | Any, changes: dict[str, Any]) -> tup
         values = {field: getattr(row, field) for field in (*REQUEST_SIGNED, "decision_mac")}
     if values["id"] is None:  # no such request: the conditional UPDATE will change nothing
         return "", values
-    if not decision_verifies(ConfirmationRequest, values):
+    if not (verified and isinstance(row, ConfirmationRequest)) and not decision_verifies(ConfirmationRequest, values):
         return values["decision_mac"], values
     return decision_mac(ConfirmationRequest, {**values, **changes}), values
 

@@ -200,6 +200,7 @@ def click_apply(
             event_message=f"answered: {shown}",
             event_data={"answer": callback.answer},
             locked=confirmation,
+            locked_verifies=True,  # (checked above: `decision_verifies`)
         )
         return outcome(True, "decided", f"Answered: {shown}")
 
@@ -213,6 +214,7 @@ def click_apply(
             channel=channel_name,
             event_data=_behalf_data(behalf),
             locked=confirmation,
+            locked_verifies=True,  # (checked above: `decision_verifies`)
         )
         return outcome(True, "decided", "Rejected.")
     # (No count needed when one approval is the quorum: this is it.)
@@ -239,6 +241,7 @@ def click_apply(
             event_message=message,
             event_data={**data, **_behalf_data(behalf)},
             locked=confirmation,
+            locked_verifies=True,  # (checked above: `decision_verifies`)
         )
         if not won:  # cannot happen under the row lock; never grant for an approval that did not take
             raise AlreadyDecided(selectors.final_state_sentence(confirmation))
