@@ -6,6 +6,10 @@ without the gateway. Each tool answers with the arguments it was called with, as
 structured content. `LOG_FILE` gets one JSON line per event: `{"pid": …}` at start, `{"received": line}`
 for every line read, `{"ran": tool, "arguments": …}` for every call run, `{"eof": true}` when stdin closes.
 With `--linger` it does not exit when stdin closes (as a careless server might not): it has to be stopped.
+
+Besides answering each call at once, three tools behave otherwise: `crash` exits (status 3) without
+answering; `notify` sends a `notifications/message` before its answer; `hold` is answered only after
+the next `release` call's own answer (so two calls in flight are answered in the other order).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ def main(log_path: str, linger: bool = False) -> None:
             sys.stdout.flush()
 
         note(pid=os.getpid())
+        held: list[dict[str, Any]] = []
         for line in sys.stdin:
             note(received=line.rstrip("\n"))
             try:
@@ -46,9 +51,22 @@ def main(log_path: str, linger: bool = False) -> None:
             for message in data if isinstance(data, list) else [data]:
                 if not isinstance(message, dict) or "method" not in message:
                     continue  # a response to a request of ours (we make none), or junk
+                tool = (message.get("params") or {}).get("name") if message["method"] == "tools/call" else None
+                if tool == "crash":
+                    note(ran="crash")
+                    os._exit(3)
+                if tool == "notify":
+                    send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}})
                 answer = handle(message, note)
+                if tool == "hold":
+                    held.append({"jsonrpc": "2.0", "id": message["id"], **answer})
+                    continue
                 if "id" in message and answer is not None:
                     send({"jsonrpc": "2.0", "id": message["id"], **answer})
+                if tool == "release":
+                    for later in held:
+                        send(later)
+                    held.clear()
         note(eof=True)
         while linger:
             time.sleep(60)

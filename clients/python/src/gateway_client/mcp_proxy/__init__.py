@@ -33,12 +33,15 @@ the raw line: a `tools/call` is gated only as a request with a string or integer
 id; one with `id: null` or any other id gets a JSON-RPC error, one without an id
 (a notification: nothing can answer it) is dropped and logged, and a JSON-RPC
 batch (an array: MCP has none since 2025-06-18) is refused whole, each request
-in it answered with an error.
+in it answered with an error. So is a method that is `tools/call` but for case or blanks
+(`Tools/Call`), and any request reusing the id of one not yet answered (the upstream's answer to
+one would be taken for the other's).
 
 When the client closes stdin, held calls are withdrawn, the upstream is stopped
 (its stdin closed, then terminated if it lingers; an HTTP upstream's session is
 ended with a DELETE) and the proxy exits 0. When the upstream goes (its process
-exits, or an HTTP upstream says the session is gone) the proxy exits 1.
+exits or crashes, or an HTTP upstream says the session is gone) the client's requests still open get
+a JSON-RPC error (held calls are withdrawn) and the proxy exits 1.
 
 With `--ask-human` the proxy also offers the tool `ask_human` beside the
 upstream's (added to each `tools/list` answer): a call asks a person through the
@@ -55,8 +58,8 @@ Configuration: `GATEWAY_URL` and `GATEWAY_API_KEY` (or `--url`, `--api-key`),
 environment without `GATEWAY_API_KEY`. See docs/integrations/mcp-proxy.md.
 
 The package: `protocol` (the MCP messages: results, the client's lines, a held call), `transport` (the
-client's stdio, an HTTP upstream's headers and session), `gating` (the proxy: the relay and each gated
-call), `asking` (`--ask-human`), `elicitation` (`--elicitation gateway`), `command` (the options, the
+client's stdio, an HTTP upstream's headers and session), `upstream` (a command upstream: its process and
+pipes), `gating` (the proxy: the relay and each gated call), `asking` (`--ask-human`), `elicitation` (`--elicitation gateway`), `command` (the options, the
 upstream, `main`).
 """
 

@@ -24,6 +24,7 @@ from gateway_client.client import AsyncGatewayClient
 from gateway_client.gating import ToolGate
 from gateway_client.mcp_proxy.gating import DEFAULT_MAX_WAIT, DEFAULT_PROGRESS_INTERVAL, McpGatewayProxy
 from gateway_client.mcp_proxy.transport import ClientStdio, HttpStamp, SessionWatch
+from gateway_client.mcp_proxy.upstream import stdio_upstream
 
 DEFAULT_RECONNECT_FOR = 10.0
 REQUEST_TIMEOUT = 10.0
@@ -49,9 +50,13 @@ async def upstream_streams(
         return
     # The upstream inherits the proxy's environment, but not the gateway key.
     env = {k: v for k, v in os.environ.items() if k != "GATEWAY_API_KEY"}
+    if sys.platform != "win32":  # its pipes relayed by the proxy's own tasks (upstream.py)
+        async with stdio_upstream(args.upstream, env) as streams:
+            yield streams
+        return
     command, *command_args = args.upstream
     params = StdioServerParameters(command=command, args=command_args, env=env)
-    async with stdio_client(params, errlog=sys.stderr) as streams:
+    async with stdio_client(params, errlog=sys.stderr) as streams:  # Windows: the SDK's (a job object)
         yield streams
 
 
@@ -95,7 +100,7 @@ async def run(args: argparse.Namespace) -> int:
             async with ClientStdio().open() as client:
                 closed = await proxy.serve(client, upstream_read, upstream_write)
     # Leaving `upstream_streams` stopped the upstream: its stdin closed, then terminated if it lingered
-    # (the SDK's stdio client), or its HTTP session ended with a DELETE.
+    # (upstream.py; the SDK's stdio client on Windows), or its HTTP session ended with a DELETE.
     if closed == "upstream":
         print(f"mcp_proxy: the upstream server {args.name!r} closed the connection", file=sys.stderr)
         return 1
@@ -180,10 +185,20 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _loop_options() -> dict[str, Any]:
+    """uvloop when it is installed (the [mcp] extra has it, but on Windows): the relay and the gateway's
+    HTTP calls are mostly the event loop's own work, which uvloop does in C."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_arguments(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr, format="mcp_proxy %(levelname)s %(message)s")
     try:
-        return anyio.run(run, args)
+        return anyio.run(run, args, backend_options=_loop_options())
     except KeyboardInterrupt:
         return 130

@@ -12,16 +12,27 @@ from typing import Any
 
 import anyio
 from mcp.shared.message import SessionMessage
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CONNECTION_CLOSED,
+    INVALID_REQUEST,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
 
 from gateway_client.asking import HumanAsker
 from gateway_client.gating import GateResult, ToolGate, result_text
 from gateway_client.mcp_proxy.asking import ASK_HUMAN, AsksHuman, with_ask_human
 from gateway_client.mcp_proxy.elicitation import AnswersElicitations, with_form_elicitation
 from gateway_client.mcp_proxy.protocol import (
+    ID_IN_USE,
+    UPSTREAM_CLOSED,
     HeldCall,
     Refused,
     call_failure,
+    error_answer,
     read_client_line,
     reported_result,
     text_result,
@@ -61,6 +72,7 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
         self.stamp = stamp
         self.session_watch = session_watch
         self.calls: dict[Any, HeldCall] = {}  # request id -> the call, while it is held or run
+        self.relayed: set[Any] = set()  # ids of the client's other requests the upstream has not answered
         self._client: Any = None  # a ClientStdio, or anything with its `lines()` and `send()`
         self._upstream_write: Any = None
 
@@ -77,6 +89,7 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
                 nonlocal closed
                 await self._pump_upstream(upstream_read)
                 closed = "session" if watch is not None and watch.ended.is_set() else "upstream"
+                await self._answer_unanswered()
                 tg.cancel_scope.cancel()
 
             async def when_the_session_ends(watch: SessionWatch) -> None:
@@ -105,6 +118,13 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
 
     async def _from_client(self, item: SessionMessage, tg: Any) -> None:
         message = item.message
+        if isinstance(message, JSONRPCRequest):
+            if message.id in self.calls or message.id in self.relayed:
+                # An upstream answer to one would be taken for the other's: a call's result could reach
+                # the client unreported (never cut by the gateway), or the wrong answer reported.
+                logger.warning("refused from the client: a request reusing the id %r", message.id)
+                await self._to_client(error_answer(message.id, INVALID_REQUEST, ID_IN_USE))
+                return
         if isinstance(message, JSONRPCRequest) and self.elicitation == "gateway" and message.method == "initialize":
             # The upstream may elicit though the client cannot: the gateway answers (up to 2025-11-25).
             params = dict(message.params or {})
@@ -123,7 +143,10 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
             self.calls[message.id] = call
             tg.start_soon(self._gated, call)
             return
-        if isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+        if isinstance(message, JSONRPCRequest):
+            self.relayed.add(message.id)
+        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            self.relayed.discard((message.params or {}).get("requestId"))  # the client is done with it
             call = self.calls.get((message.params or {}).get("requestId"))
             if call is not None:
                 # Stop asking (which withdraws the confirmation) or waiting for the upstream.
@@ -164,6 +187,7 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
                 self._task_group.start_soon(self._elicit, message)  # answered in its own task: the pump goes on
                 continue
             if isinstance(message, JSONRPCResponse | JSONRPCError):
+                self.relayed.discard(message.id)
                 call = self.calls.get(message.id)
                 if call is not None and call.forwarded and not call.answered.is_set():
                     call.upstream_answer = message
@@ -173,6 +197,14 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
 
     async def _to_client(self, message: Any) -> None:
         await self._client.send(message)
+
+    async def _answer_unanswered(self) -> None:
+        """The upstream is gone: each request of the client's still open gets an error, not silence (a
+        held call is then withdrawn from the gateway as the relay stops)."""
+        for request_id in [*self.relayed, *self.calls]:
+            await self._to_client(error_answer(request_id, CONNECTION_CLOSED, UPSTREAM_CLOSED))
+        self.relayed.clear()
+        self.calls.clear()
 
     # -- one gated call ----------------------------------------------------------------
 

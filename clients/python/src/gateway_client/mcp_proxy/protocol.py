@@ -63,6 +63,9 @@ def call_failure(message: JSONRPCResponse | JSONRPCError) -> str | None:
 
 BATCH_REFUSED = "JSON-RPC batches are not supported (MCP has had none since 2025-06-18): send one message a line"
 BAD_CALL_ID = "a tools/call needs an id that is a string or an integer"
+BAD_CALL_METHOD = "the method is tools/call, spelled exactly so"
+ID_IN_USE = "the request id is already in use by a request not yet answered"
+UPSTREAM_CLOSED = "the upstream server closed the connection before it answered"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +96,7 @@ def read_client_line(line: str) -> SessionMessage | Refused | None:
     Anything whose method is `tools/call` and that is not a request with a string or integer id — no
     id (a notification), `id: null`, a fractional, boolean or object id — is refused, and so is every
     batch: the SDK's own reading takes such a call for a notification, which would reach the upstream
-    without the gate."""
+    without the gate. So is a method that is `tools/call` but for case or surrounding blanks."""
     text = line.strip()
     if not text:
         return None
@@ -117,7 +120,14 @@ def read_client_line(line: str) -> SessionMessage | Refused | None:
             return Refused(None, "a message that is not JSON-RPC, dropped")  # e.g. a malformed response
         invalid = error_answer(_answerable_id(data), INVALID_REQUEST, "not a JSON-RPC request")
         return Refused(invalid, "an invalid request")
-    if data.get("method") == "tools/call" and not isinstance(message, JSONRPCRequest):
+    method = data.get("method")
+    if isinstance(method, str) and method != "tools/call" and method.strip().lower() == "tools/call":
+        # `Tools/Call`, ` tools/call`: not the method to an exact server, but one that folds case runs it.
+        return Refused(
+            error_answer(_answerable_id(data), INVALID_REQUEST, BAD_CALL_METHOD) if "id" in data else None,
+            f"a message with the method {method!r} refused",
+        )
+    if method == "tools/call" and not isinstance(message, JSONRPCRequest):
         if "id" not in data:
             return Refused(None, "a tools/call without an id (a notification) dropped: nothing could answer it")
         return Refused(error_answer(None, INVALID_REQUEST, BAD_CALL_ID), f"a tools/call with the id {data['id']!r}")
