@@ -96,3 +96,15 @@ def _number(value: int | float | decimal.Decimal) -> str:
         return "0"
     digits = len(number.as_tuple().digits)
     return str(number.normalize(decimal.Context(prec=max(28, digits))))
+
+
+_json_text = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False).encode
+
+
+def as_json_writes_it(value: Any) -> str:
+    """The text `json.dumps` writes of a value `json.loads` made (keys sorted, no spaces, ASCII), in one C
+    call: `canonical`'s text but for the numbers `canonical` writes otherwise — an integer ending in 0
+    (`100` is `1E+2`), a float (`2.0` is `2`, `1e-07` is `1E-7`). So where it is a text a MAC signs, it is
+    the value's canonical text: a number json writes that is a canonical number is that same number.
+    (A notification's state is checked through it first: `signing.told_decision_verifies`.)"""
+    return _json_text(value)

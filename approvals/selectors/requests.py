@@ -13,10 +13,10 @@ from django.conf import settings
 from django.urls import get_script_prefix, reverse
 
 from approvals.arguments import dotted, with_edits
-from approvals.audit import REQUEST_SIGNED, decision_verifies
+from approvals.audit import decision_verifies, told_decision_verifies
 from approvals.errors import NotFound
 from approvals.models import Agent, ConfirmationRequest, RequestKind, Status, ToolCall
-from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer, moment_from_iso
+from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
 from gateway_contract import actor_label
 
 
@@ -106,14 +106,7 @@ def confirmation_state_told(*, data: dict[str, Any]) -> ConfirmationState:
 def _payload_verifies(data: dict[str, Any]) -> bool:
     """A notification's state checked against the MAC it carries (anyone who can NOTIFY can send one)."""
     signed = data.get("signed")
-    if not isinstance(signed, dict):
-        return False
-    try:
-        row = {field: signed[field] for field in REQUEST_SIGNED}
-    except KeyError:
-        return False
-    row["decided_at"], row["expires_at"] = moment_from_iso(row["decided_at"]), moment_from_iso(row["expires_at"])
-    return decision_verifies(ConfirmationRequest, row, signed.get("decision_mac") or "")
+    return isinstance(signed, dict) and told_decision_verifies(ConfirmationRequest, signed)
 
 
 def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
