@@ -440,13 +440,16 @@ async def _recheck_forever(interval: float) -> None:
     10,000 waiters / 5 s = 2,000 queries/s, and keeps thousands of reads in flight.)
 
     While the listener is still hearing a burst (10,000 decided at once), the settled ones it
-    has not reached yet have their notifications on the way: they are woken only once it has
-    been quiet for RECHECK_QUIET_SECONDS (or `interval` has passed), and by then almost all
-    were woken by their own. Woken here instead, each would read its row again — on the one
-    core that is answering the burst."""
+    has not reached yet have their notifications on the way: the re-check is made, and they are
+    woken, only once it has been quiet for RECHECK_QUIET_SECONDS (or `interval` has passed), and
+    by then almost all were woken by their own. Woken here instead, each would read its row
+    again — on the one core that is answering the burst."""
     while True:
         await asyncio.sleep(interval)
         try:
+            # Not while a burst is being heard: its waiters' own notifications are on the way, and the
+            # query (thousands of ids, on the core answering them) is smaller once they are answered.
+            await after_the_burst(limit=interval)
             ids = [i for i in waiters.registered_ids() if _is_uuid(i)]
             settled = []
             for start in range(0, len(ids), RECHECK_BATCH):

@@ -186,6 +186,7 @@ class AgentApiMiddleware:
             timeout = parse_timeout((query.get("timeout") or [None])[0])
         except InvalidInput as exc:
             return await _send_json(send, 400, error_body(exc.code, exc.message, exc.details))
+        url = selectors.confirmation_url(str(confirmation_id))  # (made now: not in the burst of answers)
         with tracing.span(
             "wait_confirmation",
             kind="server",
@@ -197,7 +198,7 @@ class AgentApiMiddleware:
             return await _send_json(send, 404, error_body("not_found", f"no {what} {raw_id}"))
         # Built from the state the waiter has: no query, so it runs on the event loop.
         as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
-        await _send_json(send, 200, as_dict(confirmation))
+        await _send_json(send, 200, as_dict(confirmation, url=url))
 
     async def _question(self, scope, receive, send) -> None:
         """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is

@@ -109,9 +109,10 @@ def _payload_verifies(data: dict[str, Any]) -> bool:
     return isinstance(signed, dict) and told_decision_verifies(ConfirmationRequest, signed)
 
 
-def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState, *, url: str = "") -> dict[str, Any]:
     """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it —
-    `verified`: a request whose record does not verify is shown rejected by the gateway.
+    `verified`: a request whose record does not verify is shown rejected by the gateway. `url`: its
+    `confirmation_url` if the caller has it already (a long-poll makes it before it waits).
 
     `tool_args` are the arguments the agent proposed (as stored: redacted); `approved_args`
     what the approver approved instead, when they edited them (`edited: true`).
@@ -130,11 +131,11 @@ def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) 
         "edited": confirmation.edited,
         "approved_args": confirmation.approved_args,
         "risk": confirmation.risk,
-        "url": confirmation_url(confirmation),
+        "url": url or confirmation_url(confirmation),
     }
 
 
-def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+def question_as_dict(question: ConfirmationRequest | ConfirmationState, *, url: str = "") -> dict[str, Any]:
     """The API's view of one question (docs/asking.md), from its row or a waiter's state of it.
 
     `answer` is the answer given (`answered`), or the question's `default_answer` once it expired
@@ -156,7 +157,7 @@ def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[
         "answered_at": question.decided_at.isoformat() if answered and question.decided_at else None,
         "reason": question.decision_reason if question.is_final else "",
         "expires_at": question.expires_at.isoformat() if question.expires_at else None,
-        "url": confirmation_url(question),
+        "url": url or confirmation_url(question),
     }
 
 
