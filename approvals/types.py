@@ -193,7 +193,9 @@ class ConfirmationState:
         `selectors.confirmation_state_told`); the rest (who approved so far, the decider's name) from beside
         it. (A payload of an older gateway repeats the signed fields beside `signed`: `signed` wins.)"""
         signed = data.get("signed")
-        told = {**data, **signed} if isinstance(signed, dict) else data
+        # (What verified has every signed field in `signed`; what did not is read as it was ever read.)
+        told = signed if verified else {**data, **signed} if isinstance(signed, dict) else data
+        beside = data if verified else told
         return cls(
             id=str(told["id"]),
             agent_id=int(told["agent_id"]),
@@ -207,8 +209,8 @@ class ConfirmationState:
             expires_at=moment_from_iso(told["expires_at"]),
             on_timeout=told["on_timeout"],
             approvals_required=int(told["approvals_required"]),
-            approved_by=tuple(told["approved_by"]),
-            decided_by_name=told.get("decided_by_name") or "",
+            approved_by=tuple(beside["approved_by"]),
+            decided_by_name=beside.get("decided_by_name") or "",
             arg_edits=told.get("arg_edits") or {},
             approved_args=told.get("approved_args"),
             kind=told.get("kind") or "confirmation",
