@@ -450,7 +450,7 @@ async def _recheck_forever(interval: float) -> None:
             # Not while a burst is being heard: its waiters' own notifications are on the way, and the
             # query (thousands of ids, on the core answering them) is smaller once they are answered.
             await after_the_burst(limit=interval)
-            ids = [i for i in waiters.registered_ids() if _is_uuid(i)]
+            ids = [i for i in waiters.unwoken_ids() if _is_uuid(i)]
             settled = []
             for start in range(0, len(ids), RECHECK_BATCH):
                 settled += await db_call(_settled_ids)(ids[start : start + RECHECK_BATCH])

@@ -103,8 +103,9 @@ def audit_key(key_id: str) -> bytes | None:
     return settings.GATEWAY_AUDIT_KEYS.get(key_id)
 
 
-def _mac(key: bytes, text: str) -> str:
-    return hmac.digest(key, text.encode(), "sha256").hex()  # (one C call: `hmac.new(…).hexdigest()`'s text)
+def _mac(key: bytes, text: str | bytes) -> str:
+    data = text.encode() if isinstance(text, str) else text
+    return hmac.digest(key, data, "sha256").hex()  # (one C call: `hmac.new(…).hexdigest()`'s text)
 
 
 def decision_mac(model: type, row: Any, *, fields: tuple[str, ...] | None = None) -> str:
@@ -127,9 +128,9 @@ def told_decision_verifies(model: type, told: Mapping[str, Any]) -> bool:
     """`decision_verifies` of a decision row as JSON tells it — what a notification carries
     (`approvals.services.records.changes_notify`): its signed fields and `decision_mac` as `json.loads`
     made them, a moment as ISO 8601 text or null. A woken waiter checks its state this way, 10,000 of
-    them at once: json's own text of the fields, one C call, is tried first (`canonical_json`) — where it
-    is signed it is the canonical text — and only a row it is not (a number json writes otherwise, a
-    field missing or added) is made the slow way."""
+    them at once: the fields' JSON text made in one call is tried first (`as_json_writes_it`) — where it
+    is signed it is the canonical text — and only a row whose text is not signed (text not ASCII, a
+    number written otherwise, a field missing or added, or altered) is made the slow way."""
     mac = told.get("decision_mac")
     row = dict(told)
     row.pop("decision_mac", None)
@@ -140,8 +141,11 @@ def told_decision_verifies(model: type, told: Mapping[str, Any]) -> bool:
     except (TypeError, ValueError):  # a moment that is not one
         return False
     row[_LABEL] = _SIGNED_NAME[model]
-    if _signs(mac, as_json_writes_it(row)):
-        return True
+    try:
+        if _signs(mac, as_json_writes_it(row)):
+            return True
+    except TypeError:  # (a number orjson does not write)
+        pass
     try:
         row = {field: row[field] for field in SIGNED[model]}
     except KeyError:  # a signed field missing
@@ -170,7 +174,7 @@ def _moments(model: type) -> tuple[str, ...]:
     return tuple(f for f in SIGNED[model] if isinstance(model._meta.get_field(f), models.DateTimeField))
 
 
-def _signs(mac: Any, text: str) -> bool:
+def _signs(mac: Any, text: str | bytes) -> bool:
     """Whether `mac` (`<key id>:<HMAC>`) signs `text` under the key it names."""
     key_id, _, signature = (mac if isinstance(mac, str) else "").partition(":")
     key = audit_key(key_id)
