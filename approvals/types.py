@@ -196,7 +196,7 @@ class ConfirmationState:
         # (What verified has every signed field in `signed`; what did not is read as it was ever read.)
         told = signed if verified else {**data, **signed} if isinstance(signed, dict) else data
         beside = data if verified else told
-        return cls(
+        return cls._of(
             id=str(told["id"]),
             agent_id=int(told["agent_id"]),
             status=told["status"],
@@ -219,6 +219,19 @@ class ConfirmationState:
             risk=told.get("risk") or "medium",
             verified=verified,
         )
+
+    @classmethod
+    def _of(cls, **fields: Any) -> ConfirmationState:
+        """The state of every one of its fields' values, made without the frozen dataclass's `__init__`
+        (one `object.__setattr__` per field): a woken waiter's state is made so, 10,000 at once."""
+        if fields.keys() != _FIELDS:
+            raise TypeError(f"a ConfirmationState needs all of {sorted(_FIELDS)}, not {sorted(fields)}")
+        state = object.__new__(cls)
+        state.__dict__.update(fields)
+        return state
+
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(ConfirmationState))
 
 
 def moment_from_iso(value: str | None) -> dt.datetime | None:

@@ -250,7 +250,7 @@ async def confirmation_states(
             step = None if until is None else until - loop.time()
             done = state.is_final or (step is not None and step <= 0)
             if state.is_final and woken and state.decided_at is not None:
-                metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp())
+                metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp(), loop=loop)
             if not done and future.done():  # it waits again (a final wake is not registered again)
                 future = _registered_again(key, future)
             yield state

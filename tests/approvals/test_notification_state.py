@@ -131,3 +131,36 @@ def test_a_notification_of_the_older_shape_is_read_the_same(agent):
     notify(older)
     answer = waiting.result()
     assert (answer["status"], answer["decided_by_name"]) == ("approved", "Alice (older shape)"), answer
+
+
+def test_a_state_made_from_a_notification_is_the_dataclass_s_own():
+    """`from_payload` makes the frozen dataclass without its `__init__`: the same value, every field set."""
+    import dataclasses
+
+    from approvals.types import ConfirmationState
+
+    data = {
+        "id": "c1", "decided_by_name": "Alice", "approved_by": ["web:alice"],
+        "signed": {
+            "id": "c1", "agent_id": 3, "status": "approved", "tool_name": "pay", "tool_args": {"amount": 5},
+            "reason": "r", "decision_reason": "ok", "decided_by": "web:alice", "decided_at": "2026-11-29T12:00:00+00:00",
+            "expires_at": None, "on_timeout": "deny", "approvals_required": 1, "arg_edits": {}, "approved_args": None,
+            "kind": "confirmation", "answer": None, "default_answer": None, "risk": "high",
+        },
+    }  # fmt: skip
+    state = ConfirmationState.from_payload(data, verified=True)
+    import datetime as dt
+
+    expected = ConfirmationState(
+        id="c1", agent_id=3, status="approved", tool_name="pay", tool_args={"amount": 5}, reason="r",
+        decision_reason="ok", decided_by="web:alice", decided_at=dt.datetime(2026, 11, 29, 12, tzinfo=dt.timezone.utc),
+        expires_at=None, on_timeout="deny", approvals_required=1, approved_by=("web:alice",), decided_by_name="Alice",
+        risk="high",
+    )  # fmt: skip
+    assert state == expected
+    assert {f.name: getattr(state, f.name) for f in dataclasses.fields(state)} == dataclasses.asdict(expected)
+    assert dataclasses.replace(state, status="rejected").status == "rejected"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.status = "rejected"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ConfirmationState._of(id="c1")
