@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
@@ -458,12 +459,22 @@ class _CapturedResponse:
 async def _send_json(
     send, status: int, data: dict[str, Any], *, close: bool = False, extra: list[tuple[bytes, bytes]] = ()
 ) -> None:
-    body = json.dumps(data).encode()
+    body = json_body(data)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def json_body(data: dict[str, Any]) -> bytes:
+    """An answer's JSON as DRF's renderer writes it (compact, UTF-8), made by orjson: one call, ~10x
+    `json.dumps` (ten thousand woken waiters are answered one after another). What orjson does not write
+    (an integer past 64 bits, a key that is not text) is written by `json.dumps`."""
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def _send_unavailable(send) -> None:

@@ -94,10 +94,11 @@ def test_a_notification_altered_by_someone_with_database_access_is_not_believed(
     assert ConfirmationRequest.objects.get(pk=confirmation_id).status == Status.PENDING
 
 
-def test_a_decision_whose_numbers_json_writes_otherwise_than_the_signed_text_is_believed(agent):
-    """`100` is `1E+2` and `2.0` is `2` in the signed text: json's own text is not the one signed, and
-    the state is checked through the canonical text instead."""
-    args = {"amount": 100, "rate": 2.0, "fee": 0.25, "note": "é 10, [20]"}
+def test_a_decision_whose_one_call_text_is_not_the_signed_text_is_believed(agent):
+    """`100` is `1E+2` and `2.0` is `2` in the signed text, `é` is `\\u00e9`, and orjson writes no integer
+    past 64 bits: the one-call text is not the one signed, and the state is checked through the canonical
+    text instead (and answered through `json.dumps`)."""
+    args = {"amount": 100, "rate": 2.0, "fee": 0.25, "note": "é 10, [20]", "big": 2**70 + 1}
     confirmation_id = ask(agent, args)
     waiting = LongPoll(agent, confirmation_id)
     decide(confirmation_id, "approve")
