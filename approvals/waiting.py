@@ -432,6 +432,7 @@ def _settled_ids(ids: list[str]) -> list[str]:
 
 
 RECHECK_QUIET_SECONDS = 0.2  # the listener heard nothing for this long: a burst of notifications is through
+RECHECK_LATE_SECONDS = 0.05  # …if the event loop was no later than this to end a sleep of that long
 
 
 async def _recheck_forever(interval: float) -> None:
@@ -463,11 +464,20 @@ async def _recheck_forever(interval: float) -> None:
 
 
 async def after_the_burst(*, limit: float) -> None:
-    """Returns once the listener has heard nothing for RECHECK_QUIET_SECONDS, or after `limit` seconds."""
-    waited = 0.0
-    while waiters.heard_within(RECHECK_QUIET_SECONDS) and waited < limit:
+    """Returns once the listener has heard nothing for RECHECK_QUIET_SECONDS while the event loop kept time,
+    or after `limit` seconds. A loop more than RECHECK_LATE_SECONDS late to end a sleep is still answering
+    the waiters it woke — and hears the rest of a burst only between them, so its listener's silence says
+    nothing yet (10,000 woken at once: the re-check had woken thousands of them to read their rows again)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + limit
+    while True:
+        asked = loop.time()
         await asyncio.sleep(RECHECK_QUIET_SECONDS)
-        waited += RECHECK_QUIET_SECONDS
+        late = loop.time() - asked - RECHECK_QUIET_SECONDS
+        if late < RECHECK_LATE_SECONDS and not waiters.heard_within(RECHECK_QUIET_SECONDS):
+            return
+        if loop.time() >= until:
+            return
 
 
 def _is_uuid(value: str) -> bool:
