@@ -190,31 +190,48 @@ class ConfirmationState:
     def from_payload(cls, data: dict[str, Any], *, verified: bool) -> ConfirmationState:
         """From the JSON a notification carries (`changes_notify`): what the MAC signs is read from what
         it signs (`signed`), so a state can verify only as a whole (`verified`: read by
-        `selectors.confirmation_state_told`)."""
-        data = {**data, **(data.get("signed") if isinstance(data.get("signed"), dict) else {})}
-        return cls(
-            id=str(data["id"]),
-            agent_id=int(data["agent_id"]),
-            status=data["status"],
-            tool_name=data["tool_name"],
-            tool_args=data["tool_args"],
-            reason=data["reason"],
-            decision_reason=data["decision_reason"],
-            decided_by=data["decided_by"],
-            decided_at=moment_from_iso(data["decided_at"]),
-            expires_at=moment_from_iso(data["expires_at"]),
-            on_timeout=data["on_timeout"],
-            approvals_required=int(data["approvals_required"]),
-            approved_by=tuple(data["approved_by"]),
-            decided_by_name=data.get("decided_by_name") or "",
-            arg_edits=data.get("arg_edits") or {},
-            approved_args=data.get("approved_args"),
-            kind=data.get("kind") or "confirmation",
-            answer=data.get("answer"),
-            default_answer=data.get("default_answer"),
-            risk=data.get("risk") or "medium",
+        `selectors.confirmation_state_told`); the rest (who approved so far, the decider's name) from beside
+        it. (A payload of an older gateway repeats the signed fields beside `signed`: `signed` wins.)"""
+        signed = data.get("signed")
+        # (What verified has every signed field in `signed`; what did not is read as it was ever read.)
+        told = signed if verified else {**data, **signed} if isinstance(signed, dict) else data
+        beside = data if verified else told
+        return cls._of(
+            id=str(told["id"]),
+            agent_id=int(told["agent_id"]),
+            status=told["status"],
+            tool_name=told["tool_name"],
+            tool_args=told["tool_args"],
+            reason=told["reason"],
+            decision_reason=told["decision_reason"],
+            decided_by=told["decided_by"],
+            decided_at=moment_from_iso(told["decided_at"]),
+            expires_at=moment_from_iso(told["expires_at"]),
+            on_timeout=told["on_timeout"],
+            approvals_required=int(told["approvals_required"]),
+            approved_by=tuple(beside["approved_by"]),
+            decided_by_name=beside.get("decided_by_name") or "",
+            arg_edits=told.get("arg_edits") or {},
+            approved_args=told.get("approved_args"),
+            kind=told.get("kind") or "confirmation",
+            answer=told.get("answer"),
+            default_answer=told.get("default_answer"),
+            risk=told.get("risk") or "medium",
             verified=verified,
         )
+
+    @classmethod
+    def _of(cls, **fields: Any) -> ConfirmationState:
+        """The state of every one of its fields' values, made without the frozen dataclass's `__init__`
+        (one `object.__setattr__` per field): a woken waiter's state is made so, 10,000 at once."""
+        if fields.keys() != _FIELDS:
+            raise TypeError(f"a ConfirmationState needs all of {sorted(_FIELDS)}, not {sorted(fields)}")
+        state = object.__new__(cls)
+        state.__dict__.update(fields)
+        return state
+
+
+_FIELDS = frozenset(field.name for field in dataclasses.fields(ConfirmationState))
 
 
 def moment_from_iso(value: str | None) -> dt.datetime | None:

@@ -250,7 +250,7 @@ async def confirmation_states(
             step = None if until is None else until - loop.time()
             done = state.is_final or (step is not None and step <= 0)
             if state.is_final and woken and state.decided_at is not None:
-                metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp())
+                metrics.agent_woken(via=via, decided_at=state.decided_at.timestamp(), loop=loop)
             if not done and future.done():  # it waits again (a final wake is not registered again)
                 future = _registered_again(key, future)
             yield state
@@ -432,6 +432,7 @@ def _settled_ids(ids: list[str]) -> list[str]:
 
 
 RECHECK_QUIET_SECONDS = 0.2  # the listener heard nothing for this long: a burst of notifications is through
+RECHECK_LATE_SECONDS = 0.05  # …if the event loop was no later than this to end a sleep of that long
 
 
 async def _recheck_forever(interval: float) -> None:
@@ -440,14 +441,17 @@ async def _recheck_forever(interval: float) -> None:
     10,000 waiters / 5 s = 2,000 queries/s, and keeps thousands of reads in flight.)
 
     While the listener is still hearing a burst (10,000 decided at once), the settled ones it
-    has not reached yet have their notifications on the way: they are woken only once it has
-    been quiet for RECHECK_QUIET_SECONDS (or `interval` has passed), and by then almost all
-    were woken by their own. Woken here instead, each would read its row again — on the one
-    core that is answering the burst."""
+    has not reached yet have their notifications on the way: the re-check is made, and they are
+    woken, only once it has been quiet for RECHECK_QUIET_SECONDS (or `interval` has passed), and
+    by then almost all were woken by their own. Woken here instead, each would read its row
+    again — on the one core that is answering the burst."""
     while True:
         await asyncio.sleep(interval)
         try:
-            ids = [i for i in waiters.registered_ids() if _is_uuid(i)]
+            # Not while a burst is being heard: its waiters' own notifications are on the way, and the
+            # query (thousands of ids, on the core answering them) is smaller once they are answered.
+            await after_the_burst(limit=interval)
+            ids = [i for i in waiters.unwoken_ids() if _is_uuid(i)]
             settled = []
             for start in range(0, len(ids), RECHECK_BATCH):
                 settled += await db_call(_settled_ids)(ids[start : start + RECHECK_BATCH])
@@ -460,11 +464,20 @@ async def _recheck_forever(interval: float) -> None:
 
 
 async def after_the_burst(*, limit: float) -> None:
-    """Returns once the listener has heard nothing for RECHECK_QUIET_SECONDS, or after `limit` seconds."""
-    waited = 0.0
-    while waiters.heard_within(RECHECK_QUIET_SECONDS) and waited < limit:
+    """Returns once the listener has heard nothing for RECHECK_QUIET_SECONDS while the event loop kept time,
+    or after `limit` seconds. A loop more than RECHECK_LATE_SECONDS late to end a sleep is still answering
+    the waiters it woke — and hears the rest of a burst only between them, so its listener's silence says
+    nothing yet (10,000 woken at once: the re-check had woken thousands of them to read their rows again)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + limit
+    while True:
+        asked = loop.time()
         await asyncio.sleep(RECHECK_QUIET_SECONDS)
-        waited += RECHECK_QUIET_SECONDS
+        late = loop.time() - asked - RECHECK_QUIET_SECONDS
+        if late < RECHECK_LATE_SECONDS and not waiters.heard_within(RECHECK_QUIET_SECONDS):
+            return
+        if loop.time() >= until:
+            return
 
 
 def _is_uuid(value: str) -> bool:

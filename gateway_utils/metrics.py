@@ -17,9 +17,12 @@ many processes there are, and after a restart.
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 
 from prometheus_client import (
@@ -198,17 +201,60 @@ def expired_unanswered(*, tool: str, channel: str) -> None:
     EXPIRED_UNANSWERED.labels(tool_label(tool), channel or "none").inc()
 
 
-def agent_woken(*, via: str, decided_at: float | None) -> None:
-    """A waiting agent has a decision in hand; `decided_at` is its Unix time. (Once per woken waiter:
-    each way's histogram is looked up once, not through `labels` every time.)"""
-    if decided_at is not None:
-        histogram = _wake_seconds.get(via)
-        if histogram is None:
-            histogram = _wake_seconds[via] = WAKE_SECONDS.labels(via)
-        histogram.observe(max(0.0, time.time() - decided_at))
+def agent_woken(*, via: str, decided_at: float | None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """A waiting agent has a decision in hand; `decided_at` is its Unix time. Once per woken waiter, so on
+    an event loop (`loop`: the running one, which the caller has — asking asyncio for it is a getpid each
+    time) the waiters woken in one pass of it are written together, once the pass is over
+    (`observe_many`): 10,000 answered at once were 20,000 writes to the metrics file, each under its lock."""
+    if decided_at is None:
+        return
+    seconds = max(0.0, time.time() - decided_at)
+    if loop is None:
+        _wake_histogram(via).observe(seconds)
+        return
+    woken = _woken.get(loop)
+    if woken is None:
+        woken = _woken[loop] = []
+        loop.call_soon(_observe_woken, loop)
+    woken.append((via, seconds))
+
+
+def _observe_woken(loop: asyncio.AbstractEventLoop) -> None:
+    by_via: dict[str, list[float]] = {}
+    for via, seconds in _woken.pop(loop, ()):
+        by_via.setdefault(via, []).append(seconds)
+    for via, values in by_via.items():
+        observe_many(_wake_histogram(via), values)
+
+
+def _wake_histogram(via: str) -> Histogram:
+    histogram = _wake_seconds.get(via)  # (each way's histogram looked up once, not through `labels` every time)
+    if histogram is None:
+        histogram = _wake_seconds[via] = WAKE_SECONDS.labels(via)
+    return histogram
+
+
+def observe_many(histogram: Histogram, values: list[float]) -> None:
+    """`histogram.observe(value)` for each of `values`, written as one addition to the sum and one to each
+    bucket that gets any (what `observe` adds, by the same rule: the first bucket whose bound is not
+    below the value). Through prometheus_client's own parts of a histogram; one by one if they differ."""
+    try:
+        total, buckets, bounds = histogram._sum, histogram._buckets, histogram._upper_bounds
+    except AttributeError:
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(buckets)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1
+    total.inc(sum(values))
+    for bucket, count in zip(buckets, counts):
+        if count:
+            bucket.inc(count)
 
 
 _wake_seconds: dict[str, Histogram] = {}
+_woken: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[tuple[str, float]]] = weakref.WeakKeyDictionary()
 
 
 def card_delivery(

@@ -154,6 +154,11 @@ class WaiterRegistry:
         """Every id with at least one waiter (for the batched re-check in approvals.waiting)."""
         return list(self._waiters)
 
+    def unwoken_ids(self) -> list[str]:
+        """Every id with a waiter not woken yet (what the re-check looks at: one woken is already answering,
+        or reading its row)."""
+        return [key for key, futures in self._waiters.items() if any(not future.done() for future in futures)]
+
     def is_waited(self, confirmation_id: str) -> bool:
         """Whether anyone waits on this id (`registered_ids` without copying every id)."""
         return str(confirmation_id) in self._waiters

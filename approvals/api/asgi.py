@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
@@ -186,6 +187,7 @@ class AgentApiMiddleware:
             timeout = parse_timeout((query.get("timeout") or [None])[0])
         except InvalidInput as exc:
             return await _send_json(send, 400, error_body(exc.code, exc.message, exc.details))
+        url = selectors.confirmation_url(str(confirmation_id))  # (made now: not in the burst of answers)
         with tracing.span(
             "wait_confirmation",
             kind="server",
@@ -197,7 +199,7 @@ class AgentApiMiddleware:
             return await _send_json(send, 404, error_body("not_found", f"no {what} {raw_id}"))
         # Built from the state the waiter has: no query, so it runs on the event loop.
         as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
-        await _send_json(send, 200, as_dict(confirmation))
+        await _send_json(send, 200, as_dict(confirmation, url=url))
 
     async def _question(self, scope, receive, send) -> None:
         """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is
@@ -457,12 +459,22 @@ class _CapturedResponse:
 async def _send_json(
     send, status: int, data: dict[str, Any], *, close: bool = False, extra: list[tuple[bytes, bytes]] = ()
 ) -> None:
-    body = json.dumps(data).encode()
+    body = json_body(data)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def json_body(data: dict[str, Any]) -> bytes:
+    """An answer's JSON as DRF's renderer writes it (compact, UTF-8), made by orjson: one call, ~10x
+    `json.dumps` (ten thousand woken waiters are answered one after another). What orjson does not write
+    (an integer past 64 bits, a key that is not text) is written by `json.dumps`."""
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def _send_unavailable(send) -> None:

@@ -47,6 +47,7 @@ from approvals.audit.signing import (
     entry_hash,
     entry_source,
     entry_tail,
+    told_decision_verifies,
 )
 from approvals.audit.verify import Problem, Verification, audit_verify
 
@@ -82,4 +83,5 @@ __all__ = [
     "link_decisions",
     "resign_chains",
     "sign_decisions",
+    "told_decision_verifies",
 ]

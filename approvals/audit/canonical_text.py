@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring_ascii as _string  # (C) what json.dumps makes of a str
 from typing import Any
 
+import orjson
+
 
 def canonical(value: Any) -> str:
     """`value` as one canonical JSON text: keys sorted, no spaces, ASCII, and numbers as
@@ -96,3 +98,14 @@ def _number(value: int | float | decimal.Decimal) -> str:
         return "0"
     digits = len(number.as_tuple().digits)
     return str(number.normalize(decimal.Context(prec=max(28, digits))))
+
+
+def as_json_writes_it(value: Any) -> bytes:
+    """The text a JSON writer makes of a value `json.loads` made, keys sorted and no spaces (orjson: one call,
+    ~7x json's) — `canonical`'s text where every string is ASCII and no number is one `canonical` writes
+    otherwise (an integer ending in 0: `100` is `1E+2`; a float: `2.0` is `2`, `1e+20` is `1E+20`). So
+    where it is a text a MAC signs, it is the value's canonical text: a faithful writer's text that is a
+    canonical text is that of the one value it reads back as. (A notification's state is checked through
+    it first: `signing.told_decision_verifies`.) TypeError for what orjson does not write (an integer
+    past 64 bits)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)

@@ -13,10 +13,10 @@ from django.conf import settings
 from django.urls import get_script_prefix, reverse
 
 from approvals.arguments import dotted, with_edits
-from approvals.audit import REQUEST_SIGNED, decision_verifies
+from approvals.audit import decision_verifies, told_decision_verifies
 from approvals.errors import NotFound
 from approvals.models import Agent, ConfirmationRequest, RequestKind, Status, ToolCall
-from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer, moment_from_iso
+from approvals.types import SYSTEM_ACTOR, ConfirmationState, PreToolUseAnswer
 from gateway_contract import actor_label
 
 
@@ -106,19 +106,13 @@ def confirmation_state_told(*, data: dict[str, Any]) -> ConfirmationState:
 def _payload_verifies(data: dict[str, Any]) -> bool:
     """A notification's state checked against the MAC it carries (anyone who can NOTIFY can send one)."""
     signed = data.get("signed")
-    if not isinstance(signed, dict):
-        return False
-    try:
-        row = {field: signed[field] for field in REQUEST_SIGNED}
-    except KeyError:
-        return False
-    row["decided_at"], row["expires_at"] = moment_from_iso(row["decided_at"]), moment_from_iso(row["expires_at"])
-    return decision_verifies(ConfirmationRequest, row, signed.get("decision_mac") or "")
+    return isinstance(signed, dict) and told_decision_verifies(ConfirmationRequest, signed)
 
 
-def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState, *, url: str = "") -> dict[str, Any]:
     """The API's view of one request (docs/reference/api.md), from its row or a waiter's state of it —
-    `verified`: a request whose record does not verify is shown rejected by the gateway.
+    `verified`: a request whose record does not verify is shown rejected by the gateway. `url`: its
+    `confirmation_url` if the caller has it already (a long-poll makes it before it waits).
 
     `tool_args` are the arguments the agent proposed (as stored: redacted); `approved_args`
     what the approver approved instead, when they edited them (`edited: true`).
@@ -137,11 +131,11 @@ def confirmation_as_dict(confirmation: ConfirmationRequest | ConfirmationState) 
         "edited": confirmation.edited,
         "approved_args": confirmation.approved_args,
         "risk": confirmation.risk,
-        "url": confirmation_url(confirmation),
+        "url": url or confirmation_url(confirmation),
     }
 
 
-def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[str, Any]:
+def question_as_dict(question: ConfirmationRequest | ConfirmationState, *, url: str = "") -> dict[str, Any]:
     """The API's view of one question (docs/asking.md), from its row or a waiter's state of it.
 
     `answer` is the answer given (`answered`), or the question's `default_answer` once it expired
@@ -163,7 +157,7 @@ def question_as_dict(question: ConfirmationRequest | ConfirmationState) -> dict[
         "answered_at": question.decided_at.isoformat() if answered and question.decided_at else None,
         "reason": question.decision_reason if question.is_final else "",
         "expires_at": question.expires_at.isoformat() if question.expires_at else None,
-        "url": confirmation_url(question),
+        "url": url or confirmation_url(question),
     }
 
 

@@ -442,18 +442,16 @@ def _signed_columns() -> str:
 
 def _state_sql(ids: str = "%s") -> str:
     """SELECT id, payload for the requests whose ids are the one parameter (placeholder `ids`): each
-    one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed."""
+    one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed —
+    what `decision_mac` signs (`signed`, with the MAC: the waiter checks the state before answering on
+    it, and reads it from there), and beside it only what is not signed: the id, who decided by name,
+    who approved so far. (Until 0.4 the signed fields were also repeated beside `signed`; a reader merges
+    `signed` over the rest, so either shape reads the same: docs/waiting.md, "The notification".)"""
     requests = ConfirmationRequest._meta.db_table
     responses = ApproverResponse._meta.db_table
     return (
         "SELECT cr.id, json_build_object("
-        "'id', cr.id, 'agent_id', cr.agent_id, 'status', cr.status, 'tool_name', cr.tool_name, "
-        "'tool_args', cr.tool_args, 'reason', cr.reason, 'decision_reason', cr.decision_reason, "
-        "'decided_by', cr.decided_by, 'decided_by_name', cr.decided_by_name, 'decided_at', cr.decided_at, "
-        "'expires_at', cr.expires_at, 'arg_edits', cr.arg_edits, 'approved_args', cr.approved_args, "
-        "'on_timeout', cr.on_timeout, 'approvals_required', cr.approvals_required, "
-        "'kind', cr.kind, 'answer', cr.answer, 'default_answer', cr.default_answer, "
-        # what `decision_mac` signs, and the MAC: the waiter checks the state before answering on it
+        "'id', cr.id, 'decided_by_name', cr.decided_by_name, "
         f"'signed', json_build_object({_signed_columns()}, 'decision_mac', cr.decision_mac), "
         "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
         f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"

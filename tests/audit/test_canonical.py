@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from approvals.audit import REQUEST_SIGNED, SOURCES, canonical, content_hash
+from approvals.audit.canonical_text import as_json_writes_it
 from approvals.audit.signing import _signed_text
 from approvals.models import ConfirmationRequest
 
@@ -113,3 +114,65 @@ def test_a_rows_signed_and_hashed_text_is_the_canonical_text_of_its_fields():
     assert _signed_text(ConfirmationRequest, fields) == reference({"signed": "request", **fields})
     expected = hashlib.sha256(reference({"source": "request", **{f: getattr(row, f) for f in SOURCES["request"]}}).encode())
     assert content_hash("request", row) == expected.hexdigest()
+
+
+def _random_json(rnd: random.Random, depth: int = 0) -> Any:
+    """A value as `json.loads` makes one: what a notification's signed fields are."""
+    makers = [
+        lambda: None, lambda: True, lambda: False, lambda: rnd.randint(-(10**20), 10**20),
+        lambda: rnd.choice([0, 1, 7, 10, 100, -1200, 15, -3]), lambda: rnd.choice([0.0, 1.0, 2.5, -0.25, 1e20, 1e-7, 100.0]),
+        lambda: rnd.random() * 10 ** rnd.randint(-30, 30),
+        lambda: "".join(rnd.choice(['"', "\\", ":", ",", "[", "]", "0", "1", "e", ".", "é", "\n", "a", "😀"]) for _ in range(rnd.randrange(8))),
+        lambda: {"".join(rnd.choice("ab:,0\"") for _ in range(rnd.randrange(3))): _random_json(rnd, depth + 1) for _ in range(rnd.randrange(4))},
+        lambda: [_random_json(rnd, depth + 1) for _ in range(rnd.randrange(4))],
+    ]  # fmt: skip
+    return json.loads(json.dumps(makers[rnd.randrange(len(makers) if depth < 3 else len(makers) - 2)]()))
+
+
+def test_the_one_call_text_of_a_value_where_it_is_a_canonical_text_is_the_value_s_canonical_text():
+    """What lets a notification be checked through the one-call JSON text first (`told_decision_verifies`):
+    if that text is the canonical text of anything (a MAC could sign it), it is this value's — no state
+    is believed that the slow check would not believe — and for most values it is the canonical text
+    (so a decision is checked in one call)."""
+    rnd = random.Random(20261129)
+    as_is = 0
+    for _ in range(20_000):
+        value = {"k": _random_json(rnd), "n": _random_json(rnd)}
+        try:
+            text = as_json_writes_it(value).decode()
+        except TypeError:  # (an integer past 64 bits: checked the slow way)
+            continue
+        if canonical(json.loads(text)) == text:  # a canonical text: one a MAC may sign
+            assert canonical(value) == text, value
+            as_is += 1
+    assert as_is > 3_000
+    assert as_json_writes_it({"a": [1, "x", None, True], "b": {"z": 15, "y": "e"}}).decode() == canonical(
+        {"a": [1, "x", None, True], "b": {"z": 15, "y": "e"}}
+    )
+    assert as_json_writes_it({"a": 100}).decode() != canonical({"a": 100})  # (`1E+2`: checked the slow way)
+    assert as_json_writes_it({"a": "é"}).decode() != canonical({"a": "é"})  # (`\u00e9`: likewise)
+
+
+@pytest.mark.parametrize(
+    "tool_args", [{"amount": 5, "to": "acme"}, {"amount": 100, "rate": 2.0}, {"é": ["10", 1e-7]}, {"n": 2**70 + 1}]
+)
+def test_a_told_decision_verifies_exactly_when_its_row_does(tool_args):
+    from approvals.audit import decision_mac, told_decision_verifies
+
+    row = ConfirmationRequest(
+        agent_id=10, channel_id=3, session_id="s", tool_name="pay", tool_args=tool_args, approvers=["U1"], status="approved",
+        decided_by="web:alice", decided_at=dt.datetime(2026, 11, 29, 12, 0, 0, 120000, tzinfo=dt.timezone.utc),
+    )  # fmt: skip
+    fields = {f: getattr(row, f) for f in REQUEST_SIGNED}
+    # As PostgreSQL tells it: moments as ISO 8601 text (microseconds' trailing zeros dropped), jsonb as JSON.
+    told = json.loads(json.dumps({**fields, "decision_mac": decision_mac(ConfirmationRequest, row)}, default=str))
+    told["decided_at"] = "2026-11-29T12:00:00.12+00:00"
+    assert told_decision_verifies(ConfirmationRequest, told)
+    assert told_decision_verifies(ConfirmationRequest, {**told, "decided_at": "2026-11-29T14:00:00.120000+02:00"})
+    assert told_decision_verifies(ConfirmationRequest, {**told, "not_signed": 1})  # (ignored, as ever)
+    assert not told_decision_verifies(ConfirmationRequest, {**told, "status": "rejected"})
+    assert not told_decision_verifies(ConfirmationRequest, {**told, "approved_args": {"amount": 1}})
+    assert not told_decision_verifies(ConfirmationRequest, {**told, "decided_at": "2026-11-29T12:00:00.13+00:00"})
+    assert not told_decision_verifies(ConfirmationRequest, {**told, "decided_at": "not a moment"})
+    assert not told_decision_verifies(ConfirmationRequest, {k: v for k, v in told.items() if k != "risk"})
+    assert not told_decision_verifies(ConfirmationRequest, {**told, "decision_mac": told["decision_mac"][:-1] + "é"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 import uuid
 
 import psycopg
@@ -163,3 +164,27 @@ async def _until_heard(loop: asyncio.AbstractEventLoop, since: float | None = No
     threshold = (since + offset) if since is not None else time.monotonic()
     while waiters.last_heard <= threshold:
         await asyncio.sleep(0.01)
+
+
+def test_the_recheck_waits_while_the_event_loop_is_still_busy_answering_what_it_heard():
+    """The listener hears nothing, but the loop is late (it is answering thousands of woken waiters, and
+    reads the rest of the burst only between them): its silence says nothing yet."""
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        busy = {"until": loop.time() + 1.5}
+
+        def answering() -> None:  # one woken waiter after another, each holding the loop a while
+            if loop.time() < busy["until"]:
+                time.sleep(0.08)
+                loop.call_soon(answering)
+
+        loop.call_soon(answering)
+        after = loop.create_task(waiting.after_the_burst(limit=600))
+        while loop.time() < busy["until"] - 0.3:
+            await asyncio.sleep(0)
+        done_while_busy = after.done()
+        await asyncio.wait_for(after, 10)  # the loop keeps time again: the re-check goes on
+        return done_while_busy, after.done()
+
+    assert asyncio.run(scenario()) == (False, True)
