@@ -226,19 +226,25 @@ async def confirmation_states(
     """
     loop = asyncio.get_running_loop()
     key = str(confirmation_id)
+    wanted = _canonical_id(key)
     _ensure_rechecker()
     future = waiters.register(key)
     told: Any = None
     woken = False
     try:
         while True:
+            state = None
             if isinstance(told, dict):
                 state = selectors.confirmation_state_told(data=told)
-                if state.agent_id != agent_id:  # cannot happen for one id; never show another agent's request
+                if state.id != wanted:
+                    # Another request's state (its MAC genuine) sent under this one's id by someone who can
+                    # NOTIFY: not this request's, so not believed — its row is read instead.
+                    state = None
+                elif state.agent_id != agent_id:  # cannot happen for one id; never show another agent's request
                     return
             elif isinstance(told, ConfirmationState):
                 state = told
-            else:
+            if state is None:
                 if future.done():  # woken to read: registered again first, so a change meanwhile still wakes it
                     future = _registered_again(key, future)
                 state = await _read(confirmation_id, agent_id, with_approvals)
@@ -478,6 +484,14 @@ async def after_the_burst(*, limit: float) -> None:
             return
         if loop.time() >= until:
             return
+
+
+def _canonical_id(value: str) -> str:
+    """A request id as a state carries it (`str(uuid)`), or the value itself if it is no uuid."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value
 
 
 def _is_uuid(value: str) -> bool:

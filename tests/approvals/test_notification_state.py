@@ -165,3 +165,24 @@ def test_a_state_made_from_a_notification_is_the_dataclass_s_own():
         state.status = "rejected"  # type: ignore[misc]
     with pytest.raises(TypeError):
         ConfirmationState._of(id="c1")
+
+
+def test_another_requests_genuine_approval_sent_under_this_ones_id_is_not_believed(agent):
+    """Someone with database access can read any decided row's signed state (or LISTEN for its
+    notification) and send it again, naming a pending request of the same agent: the state verifies —
+    it is another request's, really approved — but it is not this request's, and the waiting agent is
+    not answered with it; the pending request stays pending."""
+    approved_id = ask(agent, {"amount": 5})
+    decide(approved_id, "approve")
+    replayed = payload_of(approved_id)  # a real approval, its MAC genuine
+    pending_id = ask(agent, {"amount": 9000})
+    waiting = LongPoll(agent, pending_id)
+
+    notify({**replayed, "id": pending_id})
+
+    # Notifications arrive in the order sent: had the replay been believed, the agent would have been
+    # answered `approved` by it, before the real decision below.
+    assert ConfirmationRequest.objects.get(pk=pending_id).status == Status.PENDING
+    decide(pending_id, "reject")
+    answer = waiting.result()
+    assert (answer["id"], answer["status"]) == (pending_id, "rejected"), answer
