@@ -30,6 +30,9 @@ SLACK_SIGNING_SECRET = secrets.token_hex(16)
 SLACK_USER = "UBENCH1"
 APPROVER, APPROVER_PASSWORD = "bench-approver", secrets.token_urlsafe(12)
 SERVER_CPU, CLIENT_CPU = 0, 1
+# The servers run as `approval-gateway run` and docs/operating.md start them: uvicorn with the gateway's
+# HTTP protocol (gateway/http_protocol.py); BENCH_HTTP=httptools measures uvicorn's own.
+HTTP_PROTOCOL = ("--http", os.environ.get("BENCH_HTTP", "gateway.http_protocol:OneWriteProtocol"))
 
 BENCH_ENV = {
     "DJANGO_SETTINGS_MODULE": "bench.settings",
@@ -144,7 +147,7 @@ class Server:
             sys.executable, "-m", "uvicorn", self.app,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--interface", "asgi3", "--lifespan", "off", "--log-level", "warning", "--no-access-log",
-            "--backlog", "4096",
+            "--backlog", "4096", *HTTP_PROTOCOL,
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **BENCH_ENV}, preexec_fn=prepare)
         deadline = time.monotonic() + 30

@@ -83,6 +83,7 @@ def run(host: str | None = None, port: str | None = None, prog: str = "approval-
     procs = {
         "server": subprocess.Popen(
             [PY, "-m", "uvicorn", "gateway.asgi:application", "--app-dir", app_dir,
+             "--http", "gateway.http_protocol:OneWriteProtocol",
              "--host", host, "--port", port, "--log-level", "warning"],
             env=env,
         ),

@@ -34,7 +34,11 @@ class LiveGateway:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests = RequestLog(application, recording=False)
-        config = uvicorn.Config(self.requests, log_level="warning", lifespan="off", ws="websockets-sansio")
+        from gateway.http_protocol import OneWriteProtocol  # (as `approval-gateway run` serves it)
+
+        config = uvicorn.Config(
+            self.requests, http=OneWriteProtocol, log_level="warning", lifespan="off", ws="websockets-sansio"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name="live-gateway", daemon=True)
 

@@ -22,13 +22,17 @@ and a click's transaction that failed before its COMMIT is served again (`approv
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import select
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db.backends.postgresql import base
-from psycopg import _queries
+from django.db.backends.postgresql.psycopg_any import get_adapters_template
+from psycopg import _queries, adapt, postgres
+from psycopg.pq import Format
 from psycopg_pool import ConnectionPool
 
 # psycopg parses a statement's placeholders (`%(name)s` → `$n`) on every execute, and keeps what it
@@ -85,9 +89,44 @@ def closed_by_server(connection: psycopg.Connection) -> bool:
     return False
 
 
+# A moment read from PostgreSQL. Django reads every `timestamptz` with a loader of its own (to give it
+# the connection's time zone as `tzinfo`) that subclasses psycopg's pure-Python one, so none is read by
+# psycopg's C loader: ~8 µs a value, a tenth of an approver's click (a request's row holds nine
+# moments, a user's two, a session's one). This one parses with the C loader psycopg would have used
+# and sets the same `tzinfo` Django's does — as Django's, it relies on the connection's TimeZone being
+# that zone (Django sets it: `ensure_timezone`). Only for UTC: otherwise Django's own loader stays.
+_C_TIMESTAMPTZ = adapt.AdaptersMap(psycopg.adapters).get_loader(postgres.types["timestamptz"].oid, Format.TEXT)
+
+
+class UtcTimestamptzLoader(adapt.Loader):
+    """`timestamptz` as an aware datetime in UTC (`datetime.timezone.utc`, as Django's loader gives it)."""
+
+    timezone = dt.timezone.utc  # (Django's `create_cursor` compares this with the connection's zone)
+
+    def __init__(self, oid: int, context: Any = None) -> None:
+        super().__init__(oid, context)
+        self._parse = _C_TIMESTAMPTZ(oid, context).load
+
+    def load(self, data: Any) -> dt.datetime:
+        return self._parse(data).replace(tzinfo=dt.timezone.utc)
+
+
+@functools.cache
+def _adapters(use_tz: bool, timezone: Any) -> adapt.AdaptersMap:
+    """Django's adapters (`get_adapters_template`), `timestamptz` read by `UtcTimestamptzLoader` in UTC."""
+    template = get_adapters_template(use_tz, timezone)
+    if not (use_tz and timezone == dt.timezone.utc and _C_TIMESTAMPTZ is not None):
+        return template
+    adapters = adapt.AdaptersMap(template)
+    adapters.register_loader("timestamptz", UtcTimestamptzLoader)
+    return adapters
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
+        if "context" in params:
+            params["context"] = _adapters(settings.USE_TZ, self.timezone)
         if params.get("cursor_factory") is base.ServerBindingCursor:  # (server-side binding: GATEWAY_DB_PREPARE_AFTER)
             params["cursor_factory"] = ServerBindingCursor
         return params

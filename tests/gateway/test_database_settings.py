@@ -113,3 +113,32 @@ def test_a_long_statement_is_parsed_once_per_process_and_runs_with_each_call_s_v
     assert first._parts is again._parts  # parsed once
     assert first.query == again.query and first.query.startswith(b"SELECT $1::int, $2::int")
     assert first.params != again.params
+
+
+@pytest.mark.django_db
+def test_moments_are_read_by_psycopgs_c_loader_and_come_back_as_djangos_loader_gives_them():
+    """Django reads `timestamptz` with its own pure-Python loader; the gateway's backend parses with the C
+    one psycopg would have used and sets the same tzinfo (gateway/postgresql/base.py)."""
+    import datetime as dt
+
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+
+    from gateway.postgresql.base import UtcTimestamptzLoader
+
+    values = [
+        "2026-11-29 15:53:13.123456+00", "2026-01-02 03:04:05.5+05:30", "1999-12-31 23:59:59-08",
+        "2026-03-29 02:30:00 Europe/Berlin", "0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00",
+        "2000-02-29 12:00:00+14", "1970-01-01 00:00:00.000001-12",
+    ]  # fmt: skip
+    statement = "SELECT " + ", ".join(f"%s::timestamptz" for _ in values) + ", NULL::timestamptz"
+    with connection.cursor() as cursor:
+        assert cursor.cursor.adapters.get_loader(1184, 0) is UtcTimestamptzLoader
+        cursor.execute(statement, values)
+        ours = cursor.fetchone()
+        register_tzloader(dt.timezone.utc, cursor.cursor)  # Django's own, on this cursor only
+        cursor.execute(statement, values)
+        djangos = cursor.fetchone()
+
+    assert ours == djangos and ours[-1] is None
+    assert [v.isoformat() for v in ours[:-1]] == [v.isoformat() for v in djangos[:-1]]
+    assert all(v.tzinfo is dt.timezone.utc for v in ours[:-1])

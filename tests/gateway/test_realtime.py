@@ -188,3 +188,58 @@ def test_the_recheck_waits_while_the_event_loop_is_still_busy_answering_what_it_
         return done_while_busy, after.done()
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+def test_a_notification_s_payload_is_read_as_json_loads_reads_it_what_orjson_refuses_included():
+    """`parse_payload` reads with orjson (10,000 at once) and falls back to json for what orjson refuses."""
+    import json
+
+    from gateway_utils.realtime import parse_payload
+
+    payloads = [
+        '{"id": "7d3c6a1e-0000-4000-8000-000000000001", "status": "approved", "n": 5, "f": 1.5e-7}',
+        '{"id": "x", "big": 123456789012345678901234567890, "neg": -18446744073709551617}',  # over 64 bits
+        '{"id": "x", "nan": NaN, "inf": Infinity, "huge": 1e400}',
+        '{"id": "x", "lone": "\\ud800", "dup": 1, "dup": 2}',
+    ]
+    for payload in payloads:
+        assert parse_payload(payload) == ("7d3c6a1e-0000-4000-8000-000000000001" if "7d3c" in payload else "x", json.loads(payload)) or (
+            # (NaN is not equal to itself: compare the text json writes)
+            json.dumps(parse_payload(payload)[1]) == json.dumps(json.loads(payload))
+        )
+    assert parse_payload("7d3c6a1e-0000-4000-8000-000000000001") == ("7d3c6a1e-0000-4000-8000-000000000001", None)
+    assert parse_payload('{"no id": 1}') == ('{"no id": 1}', None)
+    assert parse_payload("{not json") == ("{not json", None)
+
+
+def test_random_payloads_are_read_exactly_as_json_loads_reads_them_to_the_type_of_each_number():
+    """1 and 1.0 are equal in Python: each read is compared by the text json writes of it."""
+    import json
+    import random
+    import struct
+
+    from gateway_utils.realtime import _loads
+
+    rng = random.Random(36)
+    edges = [0, -1, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64, 10**18 - 1, 10**18, 10**30]
+
+    def value(depth: int = 0):
+        kind = rng.randrange(8 if depth < 3 else 5)
+        if kind == 0:
+            return rng.choice(edges) if rng.random() < 0.5 else rng.randrange(-(10**rng.randrange(1, 25)), 10**rng.randrange(1, 25))
+        if kind == 1:
+            f = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]
+            return f if f == f and abs(f) != float("inf") else rng.random()
+        if kind == 2:
+            return "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0xD7FF), rng.randrange(0xE000, 0x10FFFF)])) for _ in range(rng.randrange(8)))
+        if kind == 3:
+            return rng.choice([True, False, None])
+        if kind == 4:
+            return rng.random() * 10 ** rng.randrange(-30, 30)
+        if kind in (5, 6):
+            return {f"k{i}": value(depth + 1) for i in range(rng.randrange(4))}
+        return [value(depth + 1) for _ in range(rng.randrange(4))]
+
+    for _ in range(5000):
+        text = json.dumps({"id": "x", "state": value()}, ensure_ascii=rng.random() < 0.5)
+        assert json.dumps(_loads(text)) == json.dumps(json.loads(text)), text
