@@ -93,8 +93,9 @@ def closed_by_server(connection: psycopg.Connection) -> bool:
 # the connection's time zone as `tzinfo`) that subclasses psycopg's pure-Python one, so none is read by
 # psycopg's C loader: ~8 µs a value, a tenth of an approver's click (a request's row holds nine
 # moments, a user's two, a session's one). This one parses with the C loader psycopg would have used
-# and sets the same `tzinfo` Django's does — as Django's, it relies on the connection's TimeZone being
-# that zone (Django sets it: `ensure_timezone`). Only for UTC: otherwise Django's own loader stays.
+# and gives the same value Django's does, in UTC with `datetime.timezone.utc` — converted, not relabelled
+# as Django's is, so it is the right moment even on a connection whose TimeZone someone changed (Django
+# sets UTC: `ensure_timezone`). Only for UTC: otherwise Django's own loader stays.
 _C_TIMESTAMPTZ = adapt.AdaptersMap(psycopg.adapters).get_loader(postgres.types["timestamptz"].oid, Format.TEXT)
 
 
@@ -108,7 +109,7 @@ class UtcTimestamptzLoader(adapt.Loader):
         self._parse = _C_TIMESTAMPTZ(oid, context).load
 
     def load(self, data: Any) -> dt.datetime:
-        return self._parse(data).replace(tzinfo=dt.timezone.utc)
+        return self._parse(data).astimezone(dt.timezone.utc)
 
 
 @functools.cache

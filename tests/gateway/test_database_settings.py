@@ -142,3 +142,18 @@ def test_moments_are_read_by_psycopgs_c_loader_and_come_back_as_djangos_loader_g
     assert ours == djangos and ours[-1] is None
     assert [v.isoformat() for v in ours[:-1]] == [v.isoformat() for v in djangos[:-1]]
     assert all(v.tzinfo is dt.timezone.utc for v in ours[:-1])
+
+
+@pytest.mark.django_db
+def test_a_moment_read_on_a_connection_whose_time_zone_was_changed_is_still_the_right_moment():
+    """Django's loader relabels what psycopg made in the connection's zone as UTC: on a connection someone
+    set to another zone, every moment would be off by the zone's offset. The gateway's converts."""
+    import datetime as dt
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL TIME ZONE 'Asia/Kolkata'")
+        cursor.execute("SELECT '2026-11-29 12:00:00+00'::timestamptz, '2026-06-01 00:00:00-07'::timestamptz")
+        noon, june = cursor.fetchone()
+
+    assert noon == dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc) and noon.tzinfo is dt.timezone.utc
+    assert (noon.hour, june.hour) == (12, 7)
