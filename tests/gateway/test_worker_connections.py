@@ -113,7 +113,9 @@ def test_a_connection_cut_between_two_tasks_costs_the_second_task_nothing(prefor
     assert cut
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [cut])  # as a restart would
-    wait_until(lambda: not prefork_worker.connections(), what="the connections to be gone")
+    # The cut ones gone (the pool may already have opened others in their place: waiting for none at all
+    # timed out whenever it had — a flaky test, not a finding).
+    wait_until(lambda: not set(prefork_worker.connections()) & set(cut), what="the cut connections to be gone")
 
     ended = prefork_worker.run(EXPIRE_DUE)
 
