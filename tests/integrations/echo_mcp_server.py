@@ -9,7 +9,8 @@ With `--linger` it does not exit when stdin closes (as a careless server might n
 
 Besides answering each call at once, three tools behave otherwise: `crash` exits (status 3) without
 answering; `notify` sends a `notifications/message` before its answer; `hold` is answered only after
-the next `release` call's own answer (so two calls in flight are answered in the other order).
+the next `release` call's own answer (so two calls in flight are answered in the other order) — as is any
+request whose params say `"hold": true`. It ignores `notifications/cancelled`: what it holds is answered.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def main(log_path: str, linger: bool = False) -> None:
                 if tool == "notify":
                     send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}})
                 answer = handle(message, note)
-                if tool == "hold":
+                if tool == "hold" or (message.get("params") or {}).get("hold") is True:
                     held.append({"jsonrpc": "2.0", "id": message["id"], **answer})
                     continue
                 if "id" in message and answer is not None:

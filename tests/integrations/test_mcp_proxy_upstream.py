@@ -153,3 +153,46 @@ def test_an_allowed_call_and_a_request_with_its_id_sent_together_get_one_answer_
         {"jsonrpc": "2.0", "id": "last", "result": {}},
     ]  # fmt: skip
     assert received_methods(log).count("ping") == 1  # only "last"
+
+
+def test_a_call_cancelled_after_it_reached_the_upstream_never_reaches_the_client_unreported(started):
+    """The client cancels a call the upstream is running; the upstream answers it anyway (cancellation
+    ignored, or its answer already on the way). Relayed, that result would reach the client without the
+    gateway's post-tool-use hooks: it is dropped, and the id stays in use until it comes."""
+    proxy, log = started(*ALLOWED)
+    proxy.handshake()
+    proxy.write(tool_call("c", "hold", secret="s3cr3t"))
+    wait_until(lambda: received_methods(log).count("tools/call") == 1, WAIT, "the call upstream")
+    proxy.write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}})
+    wait_until(lambda: "notifications/cancelled" in received_methods(log), WAIT, "the cancel upstream")
+    proxy.write(tool_call("c", "pay_invoice", amount=2))  # its answer not come yet: the id is still in use
+    proxy.write(tool_call("r", "release"))  # the upstream answers "r", then the cancelled "c"
+    proxy.write({"jsonrpc": "2.0", "id": "last", "method": "ping"})
+
+    answers = proxy.answers_until("last")
+    while "r" not in [a.get("id") for a in answers]:  # (reported to the gateway first: it may come after)
+        answers.append(proxy.answer())
+    proxy.write(tool_call("c", "pay_invoice", amount=3))  # answered (dropped) now: the id is free again
+    again = proxy.answer()
+
+    assert {"jsonrpc": "2.0", "id": "c", "error": ID_IN_USE} in answers
+    assert sorted(str(a["id"]) for a in answers) == ["c", "last", "r"]
+    assert not any("s3cr3t" in json.dumps(a) for a in answers)
+    assert (again["id"], again["result"]["structuredContent"]) == ("c", {"amount": 3})
+    assert [e["arguments"] for e in logged(log) if e.get("ran") == "pay_invoice"] == [{"amount": 3}]
+
+
+def test_a_request_cancelled_upstream_keeps_its_id_until_answered_so_a_call_cannot_take_its_answer(started):
+    """A held ping, cancelled, then a call under its id: the ping's late answer would be taken for the call's
+    and the call's own result relayed unreported. The id is in use until the ping is answered."""
+    proxy, log = started(*ALLOWED)
+    proxy.handshake()
+    proxy.write({"jsonrpc": "2.0", "id": "p", "method": "ping", "params": {"hold": True}})
+    wait_until(lambda: "ping" in received_methods(log), WAIT, "the ping upstream")
+    proxy.write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "p"}})
+    proxy.write(tool_call("p", "hold", n=1))
+
+    refused = proxy.answer()
+
+    assert refused == {"jsonrpc": "2.0", "id": "p", "error": ID_IN_USE}
+    assert received_methods(log).count("tools/call") == 0

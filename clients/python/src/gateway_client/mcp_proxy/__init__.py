@@ -35,7 +35,8 @@ id; one with `id: null` or any other id gets a JSON-RPC error, one without an id
 batch (an array: MCP has none since 2025-06-18) is refused whole, each request
 in it answered with an error. So is a method that is `tools/call` but for case or blanks
 (`Tools/Call`), and any request reusing the id of one not yet answered (the upstream's answer to
-one would be taken for the other's).
+one would be taken for the other's), a cancelled one included; the upstream's late answer to a call the
+client cancelled is dropped (relayed, it would reach the client without the post-tool-use hooks).
 
 When the client closes stdin, held calls are withdrawn, the upstream is stopped
 (its stdin closed, then terminated if it lingers; an HTTP upstream's session is

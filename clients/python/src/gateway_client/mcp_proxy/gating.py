@@ -73,6 +73,10 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
         self.session_watch = session_watch
         self.calls: dict[Any, HeldCall] = {}  # request id -> the call, while it is held or run
         self.relayed: set[Any] = set()  # ids of the client's other requests the upstream has not answered
+        # ids of calls the client cancelled after they were sent upstream, whose answer has not come: an
+        # upstream may still answer (its answer in flight, or cancellation ignored), and that result, relayed,
+        # would reach the client without the gateway's post-tool-use hooks. It is dropped when it comes.
+        self.cancelled: set[Any] = set()
         self._client: Any = None  # a ClientStdio, or anything with its `lines()` and `send()`
         self._upstream_write: Any = None
 
@@ -119,7 +123,7 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
     async def _from_client(self, item: SessionMessage, tg: Any) -> None:
         message = item.message
         if isinstance(message, JSONRPCRequest):
-            if message.id in self.calls or message.id in self.relayed:
+            if message.id in self.calls or message.id in self.relayed or message.id in self.cancelled:
                 # An upstream answer to one would be taken for the other's: a call's result could reach
                 # the client unreported (never cut by the gateway), or the wrong answer reported.
                 logger.warning("refused from the client: a request reusing the id %r", message.id)
@@ -146,13 +150,15 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
         if isinstance(message, JSONRPCRequest):
             self.relayed.add(message.id)
         elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-            self.relayed.discard((message.params or {}).get("requestId"))  # the client is done with it
+            # (A cancelled request's id stays in use until the upstream answers it, if it does.)
             call = self.calls.get((message.params or {}).get("requestId"))
             if call is not None:
                 # Stop asking (which withdraws the confirmation) or waiting for the upstream.
                 call.scope.cancel()
                 if not call.forwarded:
                     return  # the upstream never saw this request
+                if not call.answered.is_set():
+                    self.cancelled.add(call.request.id)
         await self._to_upstream(message)
 
     async def _to_upstream(self, message: Any) -> None:
@@ -187,6 +193,10 @@ class McpGatewayProxy(AsksHuman, AnswersElicitations):
                 self._task_group.start_soon(self._elicit, message)  # answered in its own task: the pump goes on
                 continue
             if isinstance(message, JSONRPCResponse | JSONRPCError):
+                if message.id in self.cancelled:
+                    self.cancelled.discard(message.id)
+                    logger.info("dropped the upstream's answer to the cancelled call %r", message.id)
+                    continue
                 self.relayed.discard(message.id)
                 call = self.calls.get(message.id)
                 if call is not None and call.forwarded and not call.answered.is_set():
