@@ -87,10 +87,12 @@ def notify_sql(select_payloads: str, params: list[Any]) -> None:
 
 def notify_select(select_payloads: str, channel: str = "%s") -> str:
     """The SELECT of `notify_sql`, to ride on another statement (`channel`: the placeholder of
-    the parameter that will hold `CHANNEL`)."""
+    the parameter that will hold `CHANNEL`). `select_payloads` is a plain SELECT (no LIMIT or OFFSET
+    of its own): `OFFSET 0` keeps PostgreSQL from folding it into this one, which would build each
+    payload twice — once to measure it, once to send it (the JSON of 5,000 requests: 346 → 184 ms)."""
     return (
         f"SELECT count(pg_notify({channel}, CASE WHEN octet_length(s.payload) < {PAYLOAD_LIMIT} "
-        f"THEN s.payload ELSE s.id::text END)) FROM ({select_payloads}) AS s"
+        f"THEN s.payload ELSE s.id::text END)) FROM ({select_payloads} OFFSET 0) AS s"
     )
 
 

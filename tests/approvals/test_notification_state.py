@@ -186,3 +186,23 @@ def test_another_requests_genuine_approval_sent_under_this_ones_id_is_not_believ
     decide(pending_id, "reject")
     answer = waiting.result()
     assert (answer["id"], answer["status"]) == (pending_id, "rejected"), answer
+
+
+def test_each_payload_is_built_once_per_notification(agent):
+    """The notification's SELECT measures each payload (does it fit?) and sends it: PostgreSQL folds a
+    plain subquery into the outer one and builds the JSON twice — who approved so far read twice per
+    request — unless it is kept apart (`realtime.notify_select`)."""
+    ids = [ask(agent, {"amount": n}) for n in range(3)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) " + realtime.notify_select(_state_sql()), [realtime.CHANNEL + "_plan", ids]
+        )
+        plan = cursor.fetchone()[0]
+
+    def scans(node: dict) -> list[str]:
+        found = [node["Relation Name"]] if "Relation Name" in node else []
+        return found + [name for child in node.get("Plans", ()) for name in scans(child)]
+
+    relations = scans(plan[0]["Plan"])
+    assert relations.count("approvals_confirmationrequest") == 1, relations
+    assert relations.count("approvals_approverresponse") == 1, relations
