@@ -42,8 +42,12 @@ class PreparedRead:
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, params = compiler.as_sql()
         pk = queryset.model._meta.pk
-        if list(params) != [pk.get_db_prep_value(_PLACEHOLDER, connection)]:
-            raise ValueError(f"a prepared read takes the primary key as its only parameter, not {params!r}")
+        # The primary key is the one parameter that varies; any other (a constant of an annotation) is
+        # sent as it is.
+        placeholder = pk.get_db_prep_value(_PLACEHOLDER, connection)
+        at = [position for position, param in enumerate(params) if param == placeholder]
+        if len(at) != 1:
+            raise ValueError(f"a prepared read takes the primary key once among its parameters, not {params!r}")
         klass_info, select = compiler.klass_info, compiler.select
         fields = klass_info["select_fields"]
         start, end = fields[0], fields[-1] + 1
@@ -56,7 +60,11 @@ class PreparedRead:
             "end": end,
             "init_list": [column[0].target.attname for column in select[start:end]],
             "populators": get_related_populators(klass_info, select, queryset.db),
+            # {name: column}: annotations, set on the instance as the ORM sets them
+            "annotations": list(compiler.annotation_col_map.items()),
             "pk": pk,
+            "params": list(params),
+            "pk_at": at[0],
         }
 
     def first(self, pk: Any) -> Any:
@@ -71,14 +79,16 @@ class PreparedRead:
             # Django turns psycopg's preparing off (its own cursors bind on the client and never
             # prepare): on, but never by count — only what is asked for with `prepare=True`.
             raw.prepare_threshold = NEVER_BY_COUNT
+        params = plan["params"].copy()
+        params[plan["pk_at"]] = value
         started = time.monotonic()
         # (errors as Django raises them: django.db.OperationalError for a database gone away, and so on)
         with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-            cursor.execute(plan["sql"], [value], prepare=True)
+            cursor.execute(plan["sql"], params, prepare=True)
             rows = cursor.fetchall()
         if connection.queries_logged:
             connection.queries_log.append(
-                {"sql": plan["sql"] % (f"'{value}'",), "time": f"{time.monotonic() - started:.3f}"}
+                {"sql": plan["sql"] % tuple(f"'{param}'" for param in params), "time": f"{time.monotonic() - started:.3f}"}
             )
         if not rows:
             return None
@@ -91,4 +101,6 @@ class PreparedRead:
         instance = plan["model"].from_db(connection.alias, plan["init_list"], row[plan["start"] : plan["end"]])
         for populator in plan["populators"]:
             populator.populate(row, instance)
+        for name, position in plan["annotations"]:
+            setattr(instance, name, row[position])
         return instance

@@ -13,7 +13,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Q
+from django.db.models import CharField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from approvals.models import ConfirmationRequest, Person, PersonIdentity, StandIn
@@ -454,9 +455,36 @@ def _people_linked(raw: list[str], *, kind: str) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
+def _user_with_people(pk: Any) -> Any:
+    """The user by id, with what `_django_user_rows` reads of them for each identity they act under
+    (`web:` and `admin:`): their directory person and the person each identity is linked to."""
+
+    def linked(kind: str) -> Subquery:
+        identity = Concat(Value(f"{kind}:"), OuterRef("username"), output_field=CharField())
+        return Subquery(PersonIdentity.objects.filter(identity=identity).values("person_id")[:1])
+
+    return get_user_model()._default_manager.filter(pk=pk).annotate(
+        gateway_person=Subquery(Person.objects.filter(user=OuterRef("pk")).values("pk")[:1]),
+        **{f"gateway_{kind}_link": linked(kind) for kind in DJANGO_USER_KINDS},
+    )
+
+
 # The signed-in user, read on every page and click (the sign-in backends' `get_user`), prepared once per
-# connection (approvals.prepared) rather than composed by the ORM each time.
-_USER_READ = PreparedRead(lambda pk: get_user_model()._default_manager.filter(pk=pk))
+# connection (approvals.prepared) rather than composed by the ORM each time — with the rows that say
+# which person they are, so that a click does not read them again (`people_known`).
+_USER_READ = PreparedRead(_user_with_people)
+
+
+def people_known(user: Any) -> None:
+    """Within `people_memo`: the signed-in `user`'s rows for `person_of`, as their sign-in's read brought
+    them (`user_by_id`), so a click of theirs makes no read of its own to know who clicked. A user read
+    otherwise (another sign-in backend) is left to `person_of`'s read."""
+    memo = _PEOPLE_MEMO.get()
+    if memo is None or not hasattr(user, "gateway_person"):
+        return
+    username = user.get_username()
+    for kind in DJANGO_USER_KINDS:
+        memo.setdefault(("user", f"{kind}:{username}"), (user.pk, user.gateway_person, getattr(user, f"gateway_{kind}_link")))
 
 
 def user_by_id(user_id: Any) -> Any | None:

@@ -89,6 +89,7 @@ def _deciding(user, confirmation: Any) -> tuple[str, bool]:
     `_NotADecision` for a request this form does not decide (a question, another team's)."""
     if confirmation.kind == RequestKind.QUESTION:
         raise _NotADecision(question=True)
+    selectors.people_known(user)  # who clicked: read with their session's user, not again
     if not selectors.team_sees(user, confirmation):
         raise _NotADecision(question=False)  # another team's: it does not exist for them, nothing recorded
     return _standing(user, confirmation)

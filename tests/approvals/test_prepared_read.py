@@ -107,3 +107,36 @@ def test_a_database_error_in_the_read_is_djangos_own():
         finally:
             release.set()
             holder.join(10)
+
+
+def test_a_read_with_annotations_sets_them_as_the_orm_does_and_sends_their_constants():
+    """The signed-in user's read (`selectors.user_by_id`) annotates who they are with constants of its
+    own (`'web:'`, `'admin:'`): the primary key is the one parameter that varies, and each annotation
+    is on the instance as the ORM puts it there — what `_django_user_rows` reads for each identity."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import Person, PersonIdentity
+    from approvals.selectors import people
+
+    users = get_user_model().objects
+    alice, bob, carol = (users.create_user(name, password="pw") for name in ("alice", "bob", "carol"))
+    alices = Person.objects.create(display_name="Alice", user=alice)
+    bobs = Person.objects.create(display_name="Bob", user=bob)
+    PersonIdentity.objects.create(person=bobs, identity="web:alice")  # alice's page identity: bob's person
+    PersonIdentity.objects.create(person=alices, identity="admin:carol")
+
+    names = ("gateway_person", "gateway_web_link", "gateway_admin_link")
+    for user in (alice, bob, carol):
+        read = people.user_by_id(user.pk)
+        orm = people._user_with_people(user.pk).get()
+        assert {n: getattr(read, n) for n in names} == {n: getattr(orm, n) for n in names}
+        assert read.username == user.username and read._state.adding is False
+        rows = people._django_user_rows([f"web:{user.username}", f"admin:{user.username}"])
+        assert rows == {
+            f"web:{user.username}": (user.pk, read.gateway_person, read.gateway_web_link),
+            f"admin:{user.username}": (user.pk, read.gateway_person, read.gateway_admin_link),
+        }
+    assert (people.user_by_id(alice.pk).gateway_web_link, people.user_by_id(carol.pk).gateway_admin_link) == (
+        bobs.pk, alices.pk,
+    )  # fmt: skip
+    assert people.user_by_id(carol.pk).gateway_person is None and people.user_by_id(10**9) is None

@@ -19,11 +19,12 @@ from tests.channels_ext.web.test_page import page_url, pending, signed_in
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # A single approval on the page, as statements (in order):
-#   the session, the user;
+#   the session, the user (with who they are: their person, the person their `web:` / `admin:`
+#   identity is linked to);
 #   BEGIN; the request under its row lock, with its agent's team (whether this user sees it: a team
 #   everyone belongs to needs no read of the user's teams), its channels;
-#   who clicked and whom the call was made for (self-approval: is `u-42` a user?), in one read (each:
-#   user, person, link);
+#   whom the call was made for (self-approval: is `u-42` a user? user, person, link) — who clicked is
+#   known from the sign-in's read;
 #   the response; the conditional UPDATE; the event with its NOTIFY;
 #   the chain's three entries (response, request, event) in one statement; COMMIT.
 DECISION_STATEMENTS = 10
@@ -56,9 +57,8 @@ def test_a_web_approval_makes_ten_statements_and_its_record_verifies(agent, peop
     assert len(done) == DECISION_STATEMENTS, "\n".join(done)
     # read once, under its lock
     assert done.count("SELECT approvals_confirmationrequest") == 1
-    # the users behind the clicker and the call's owner, together
-    assert sum(kind.startswith("SELECT") and "approvals_personidentity" in query["sql"]
-               for kind, query in zip(done, captured.captured_queries)) == 1
+    # the user behind the call's owner, once (the clicker's came with their sign-in)
+    assert user_reads(captured) == 1
     # the chain's entries of the click (response, transition, event), in one statement
     assert done.count("WITH approvals_audithead") == 1
     assert AuditEntry.objects.filter(agent_id=confirmation.agent_id).count() == entries_before + 3
@@ -66,13 +66,38 @@ def test_a_web_approval_makes_ten_statements_and_its_record_verifies(agent, peop
 
 
 def user_reads(captured) -> int:
-    """The statements that read who a Django user is (user, person, link)."""
-    return sum("approvals_personidentity" in query["sql"] for query in captured.captured_queries)
+    """The statements that read who a Django user is (user, person, link), besides the sign-in's read
+    of the signed-in user (which brings their own)."""
+    return sum(
+        "approvals_personidentity" in query["sql"] and not query["sql"].startswith('SELECT "auth_user"')
+        for query in captured.captured_queries
+    )
 
 
-def test_the_clicker_and_the_user_the_call_is_for_are_read_together_and_kept_apart(agent, people):
-    """One read answers both questions, and each answer stays with its own question: the response is
-    alice's, not bob's (for whom the call was made), and she may approve it."""
+def test_a_web_approval_of_a_call_made_for_nobody_reads_no_user_of_its_own(agent, people):
+    """Who clicked is known from the sign-in's read (the session's user, with their person and links):
+    a call made for nobody in particular is decided with no read of who is whom — nine statements."""
+    confirmation = ConfirmationRequest.objects.get(
+        pk=agent.pre_tool_use("oa__purchase_pay", {"amount": 5}).json()["confirmation_id"]
+    )
+    assert confirmation.user_id == ""
+    alice = signed_in("alice")
+
+    with CaptureQueriesContext(connection) as captured:
+        response = alice.post(page_url(confirmation), {"decision": "approve", "reason": ""})
+
+    assert response.status_code == 302
+    assert len(captured.captured_queries) == DECISION_STATEMENTS - 1, "\n".join(kinds(captured.captured_queries))
+    assert user_reads(captured) == 0
+    recorded = ApproverResponse.objects.get(confirmation_id=confirmation.pk)
+    assert (recorded.approver, recorded.person) == ("web:alice", f"user:{people['alice'].pk}")
+    assert ConfirmationRequest.objects.get(pk=confirmation.pk).status == "approved"
+
+
+def test_the_clicker_and_the_user_the_call_is_for_are_read_apart_and_kept_apart(agent, people):
+    """Who clicked comes with the sign-in, whom the call was made for from one read, and each answer
+    stays with its own question: the response is alice's, not bob's (for whom the call was made), and
+    she may approve it."""
     body = agent.pre_tool_use("oa__purchase_pay", {"amount": 5}, user_id="bob").json()
     alice = signed_in("alice")
 
@@ -87,8 +112,9 @@ def test_the_clicker_and_the_user_the_call_is_for_are_read_together_and_kept_apa
     assert ConfirmationRequest.objects.get(pk=body["confirmation_id"]).status == "approved"
 
 
-def test_a_click_for_a_user_whose_person_the_clicker_is_linked_to_is_refused_from_that_one_read(agent, people):
-    """bob's person is also alice's (her page identity is linked to it): a call made for `bob` is hers."""
+def test_a_click_for_a_user_whose_person_the_clicker_is_linked_to_is_refused(agent, people):
+    """bob's person is also alice's (her page identity is linked to it, as her sign-in's read brings):
+    a call made for `bob` is hers."""
     bobs = Person.objects.create(display_name="Bob", user=people["bob"])
     PersonIdentity.objects.create(person=bobs, identity="web:alice")
     body = agent.pre_tool_use("oa__purchase_pay", {"amount": 5}, user_id="bob").json()
