@@ -26,6 +26,7 @@ from django.utils import timezone
 from approvals import selectors
 from approvals.audit import TOOL_CALL_FIELDS
 from approvals.models import Agent, AuditAction, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.services.audit import audit_append
 from hooks import state as hook_state
 from hooks.base import HookContext, result_text
@@ -229,7 +230,16 @@ def _tool_call_note(call: ToolCall, decisions: list[dict[str, Any]]) -> None:
         _audit(call, AuditAction.NOTED)
 
 
+# A completed call read back for its chain entry: every allowed call's post-tool-use makes it, and the ORM
+# composing it each time cost more than running it (approvals.prepared).
+_READ_BACK = PreparedRead(lambda pk: ToolCall.objects.filter(pk=pk))
+
+
 def _audit(call: ToolCall, action: str) -> None:
-    """Link the record as the database now holds it (read back: what was just written, exactly)."""
-    row = ToolCall.objects.filter(pk=call.pk).values(*TOOL_CALL_FIELDS).get()
+    """Link the record as the database now holds it (read back: what was just written, exactly — the
+    ORM's own conversion of each column, as `.values()` gives it)."""
+    written = _READ_BACK.first(call.pk)
+    if written is None:
+        raise ToolCall.DoesNotExist(f"tool call {call.pk} is gone")
+    row = {name: getattr(written, name) for name in TOOL_CALL_FIELDS}
     audit_append(agent_id=row["agent_id"], action=action, row=row, source="tool_call")

@@ -375,3 +375,27 @@ def test_two_asks_with_one_idempotency_key_queued_together_record_one_call_and_r
     assert ToolCall.objects.filter(agent=payer, idempotency_key="once").count() == 1
     assert ToolCall.objects.filter(agent=payer, idempotency_key="other").count() == 1
     assert "audit verified" in verify()
+
+
+def test_a_completed_call_is_linked_as_the_orm_reads_it_back_whatever_its_result_holds():
+    """A post-tool-use links the call as the database holds it once completed (read back by a prepared
+    statement, `lifecycle._audit`): exactly what `.values()` gives, so the entry's hash is the one
+    `verify_audit` recomputes — for results of every JSON shape."""
+    payer, _ = agents()
+    results = [
+        {"nested": {"list": [1, 2.5, None, True], "é": "ünïcode ✓"}},
+        "a string with \"quotes\" and \\ backslashes",
+        12345678901234567890123,  # past 64 bits
+        [1e20, 0.1, -0.0],
+        None,
+    ]
+    for n, result in enumerate(results):
+        services.tool_call_pre(agent=payer, session_id="s-r", tool_name="ls", tool_args={"n": n}, tool_call_id=f"r-{n}")
+        services.hook_event_run(agent=payer, event="post_tool_use", session_id="s-r", tool_call_id=f"r-{n}", result=result)
+
+    calls = ToolCall.objects.filter(session_id="s-r").order_by("tool_call_id")
+    assert [call.result for call in calls] == results and all(call.completed_at for call in calls)
+    entries = AuditEntry.objects.filter(agent_id=payer.pk, action="completed", tool_call__in=calls)
+    assert entries.count() == len(results)
+    assert audit_verify().ok
+    verify()  # (the command's own walk of every chain: no problem named)
