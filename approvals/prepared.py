@@ -31,23 +31,32 @@ NEVER_BY_COUNT = 2**31  # (psycopg prepares a statement run this many times; exp
 
 
 class PreparedRead:
-    """`build(pk)` — a queryset selecting one row by primary key — run as a prepared statement."""
+    """`build(pk)` — a queryset selecting one row by primary key — run as a prepared statement.
 
-    def __init__(self, build: Callable[[Any], QuerySet]) -> None:
+    With `placeholders` (values as the database takes them: ints, text), `build(*placeholders)` is a
+    queryset whose first row is wanted, and `first(*values)` sends `values` in their places (each
+    placeholder must appear once among the statement's parameters)."""
+
+    def __init__(self, build: Callable[..., QuerySet], placeholders: tuple[Any, ...] | None = None) -> None:
         self._build = build
+        self._placeholders = placeholders
 
     @functools.cached_property
     def _plan(self) -> dict[str, Any]:
-        queryset = self._build(_PLACEHOLDER)
+        by_pk = self._placeholders is None
+        queryset = self._build(_PLACEHOLDER) if by_pk else self._build(*self._placeholders)
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, params = compiler.as_sql()
         pk = queryset.model._meta.pk
-        # The primary key is the one parameter that varies; any other (a constant of an annotation) is
-        # sent as it is.
-        placeholder = pk.get_db_prep_value(_PLACEHOLDER, connection)
-        at = [position for position, param in enumerate(params) if param == placeholder]
-        if len(at) != 1:
-            raise ValueError(f"a prepared read takes the primary key once among its parameters, not {params!r}")
+        # The placeholders' values are the parameters that vary; any other (a constant of an annotation)
+        # is sent as it is.
+        wanted = [pk.get_db_prep_value(_PLACEHOLDER, connection)] if by_pk else list(self._placeholders)
+        at = []
+        for placeholder in wanted:
+            found = [position for position, param in enumerate(params) if type(param) is type(placeholder) and param == placeholder]
+            if len(found) != 1:
+                raise ValueError(f"a prepared read takes each of its values once among its parameters, not {params!r}")
+            at.append(found[0])
         klass_info, select = compiler.klass_info, compiler.select
         fields = klass_info["select_fields"]
         start, end = fields[0], fields[-1] + 1
@@ -64,23 +73,29 @@ class PreparedRead:
             "annotations": list(compiler.annotation_col_map.items()),
             "pk": pk,
             "params": list(params),
-            "pk_at": at[0],
+            "at": at,
         }
 
-    def first(self, pk: Any) -> Any:
-        """The row as a model instance (its related rows attached), or None."""
+    def first(self, *values: Any) -> Any:
+        """The row as a model instance (its related rows attached), or None. `values`: the primary key,
+        or one value per placeholder."""
         if connection.vendor != "postgresql":
-            return self._build(pk).first()
+            return self._build(*values).first()
         connection.ensure_connection()
         plan = self._plan
-        value = plan["pk"].get_db_prep_value(plan["pk"].to_python(pk), connection)
+        if self._placeholders is None:
+            (pk,) = values
+            values = (plan["pk"].get_db_prep_value(plan["pk"].to_python(pk), connection),)
+        elif len(values) != len(self._placeholders):
+            raise TypeError(f"this read takes {len(self._placeholders)} values, not {len(values)}")
         raw = connection.connection
         if raw.prepare_threshold is None:
             # Django turns psycopg's preparing off (its own cursors bind on the client and never
             # prepare): on, but never by count — only what is asked for with `prepare=True`.
             raw.prepare_threshold = NEVER_BY_COUNT
         params = plan["params"].copy()
-        params[plan["pk_at"]] = value
+        for position, value in zip(plan["at"], values):
+            params[position] = value
         started = time.monotonic()
         # (errors as Django raises them: django.db.OperationalError for a database gone away, and so on)
         with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:

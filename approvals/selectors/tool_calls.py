@@ -14,6 +14,7 @@ from django.utils import timezone
 from approvals.audit import GRANT_SIGNED, chained_row_verifies, decision_verifies
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import Agent, ConfirmationRequest, Grant, Status, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.selectors.requests import answer_for_confirmation
 from approvals.selectors.teams import of_teams
 
@@ -72,16 +73,21 @@ def grants_of_confirmation(*, confirmation: ConfirmationRequest) -> QuerySet[Gra
     return Grant.objects.filter(confirmation=confirmation).order_by("created_at")
 
 
+# The call a post-tool-use or tool-error reports on: every allowed call's report reads it, and composing it
+# with the ORM each time cost more than running it — prepared once per connection (approvals.prepared).
+_FOR_COMPLETION = PreparedRead(
+    lambda agent_id, session_id, tool_call_id: ToolCall.objects.select_related("confirmation")
+    .filter(agent_id=agent_id, session_id=session_id, tool_call_id=tool_call_id)
+    .order_by("-created_at")[:1],
+    placeholders=(-2_147_480_001, "\x1fsession-id", "\x1ftool-call-id"),
+)
+
+
 def tool_call_for_completion(*, agent: Agent, session_id: str, tool_call_id: str) -> ToolCall:
     """The allowed call a post-tool-use / tool-error reports on; refuses calls never allowed."""
     if not tool_call_id:
         raise InvalidInput("tool_call_id is required for this event", details={"tool_call_id": ["required"]})
-    call = (
-        ToolCall.objects.select_related("confirmation")
-        .filter(agent=agent, session_id=session_id, tool_call_id=tool_call_id)
-        .order_by("-created_at")
-        .first()
-    )
+    call = _FOR_COMPLETION.first(agent.pk, session_id, tool_call_id)
     if call is None:
         raise NotFound(f"no pre-tool-use call {tool_call_id!r} in session {session_id!r}")
     allowed = call.decision in ("allow", "skip")

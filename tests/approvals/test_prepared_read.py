@@ -140,3 +140,39 @@ def test_a_read_with_annotations_sets_them_as_the_orm_does_and_sends_their_const
         bobs.pk, alices.pk,
     )  # fmt: skip
     assert people.user_by_id(carol.pk).gateway_person is None and people.user_by_id(10**9) is None
+
+
+def test_a_read_by_several_values_is_the_orms_first_row_with_its_related_row():
+    """The call a post-tool-use reports on (`selectors.tool_calls._FOR_COMPLETION`): prepared with its
+    agent, session and call id as placeholders — the newest matching call, its request attached, as the
+    ORM's `.first()` gives it; nothing for a call that is not there."""
+    from approvals import services
+    from approvals.models import Agent, ToolCall
+    from approvals.selectors.tool_calls import _FOR_COMPLETION
+
+    gated = a_pending_request()  # (made with tool_call_id None: a call id of its own)
+    agent = Agent.objects.get(name="purchasing-bot")
+    for args in ({"n": 1}, {"n": 2}):  # the same call id twice in one session: the newer one is meant
+        services.tool_call_pre(agent=agent, session_id="s", tool_name="ls", tool_args=args, tool_call_id="twice")
+    pay = ToolCall.objects.get(confirmation=gated)
+
+    def orm(agent_id, session_id, tool_call_id):
+        return (
+            ToolCall.objects.select_related("confirmation")
+            .filter(agent_id=agent_id, session_id=session_id, tool_call_id=tool_call_id)
+            .order_by("-created_at")
+            .first()
+        )
+
+    fields = [f.attname for f in ToolCall._meta.concrete_fields]
+    for key in ((agent.pk, "s", "twice"), (agent.pk, "s", pay.tool_call_id)):
+        read, expected = _FOR_COMPLETION.first(*key), orm(*key)
+        assert {f: getattr(read, f) for f in fields} == {f: getattr(expected, f) for f in fields}
+        with CaptureQueriesContext(connection) as later:
+            attached = read.confirmation
+        assert len(later) == 0 and (attached.pk if attached else None) == (expected.confirmation_id)
+    assert _FOR_COMPLETION.first(agent.pk, "s", "twice").tool_args == {"n": 2}
+    assert _FOR_COMPLETION.first(agent.pk, "other-session", "twice") is None
+    assert _FOR_COMPLETION.first(agent.pk + 1, "s", "twice") is None
+    with pytest.raises(TypeError):
+        _FOR_COMPLETION.first(agent.pk, "s")
