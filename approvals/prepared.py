@@ -10,6 +10,10 @@ rows become model instances exactly as the ORM makes them (the compiler's conver
 related populators), and the statement is recorded where Django records its own
 (`connection.queries_log`, for `CaptureQueriesContext` and DEBUG).
 
+The same holds for the other reads every request of a kind makes: the session and the signed-in user
+(every page), and the call a post-tool-use reports on, found by several values rather than one key
+(`placeholders`).
+
 Elsewhere than PostgreSQL (SQLite for `make run`) the queryset runs as it is.
 """
 
