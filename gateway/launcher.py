@@ -99,7 +99,10 @@ def run(host: str | None = None, port: str | None = None, prog: str = "approval-
     if connections:
         procs["connections"] = subprocess.Popen(command("channel_connections"), env=env)
     try:
-        _wait_until_serving(procs, host, port)
+        if not _wait_until_serving(procs, host, port):
+            dead = ", ".join(f"{name} exited with {p.returncode}" for name, p in procs.items() if p.poll() is not None)
+            print(f"{prog}: stopped before the server answered: {dead}", file=sys.stderr)
+            return next(p.returncode for p in procs.values() if p.poll() is not None) or 1
         print(welcome, flush=True)
         held = f", connections for {', '.join(connections)}" if connections else ""
         print(
@@ -140,12 +143,23 @@ def _cwd() -> Path | None:
     return paths.SOURCE_ROOT if paths.IS_CHECKOUT else None
 
 
-def _wait_until_serving(procs: dict[str, subprocess.Popen], host: str, port: str, timeout: float = 30) -> None:
-    """Until /healthz answers (or a process dies, or the timeout passes)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and all(p.poll() is None for p in procs.values()):
+def _wait_until_serving(
+    procs: dict[str, subprocess.Popen], host: str, port: str, say_every: float = 15.0, out=None
+) -> bool:
+    """Until /healthz answers (True) or a process dies (False). A slow start is waited out, not reported as
+    running: a cold machine can take longer than any fixed limit, and "Running" must mean the server answers.
+    What is awaited is said on stderr every `say_every` seconds."""
+    out = out or sys.stderr
+    started = time.monotonic()
+    next_word = started + say_every
+    while all(p.poll() is None for p in procs.values()):
         try:
             with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=1):
-                return
+                return True
         except OSError:
+            if time.monotonic() >= next_word:
+                print(f"waiting for the server to answer on http://{host}:{port}/healthz "
+                      f"({time.monotonic() - started:.0f} s)", file=out, flush=True)  # fmt: skip
+                next_word += say_every
             time.sleep(0.3)
+    return False

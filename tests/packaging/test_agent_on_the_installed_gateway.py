@@ -74,7 +74,10 @@ def test_the_openai_agents_example_from_the_client_wheel_is_approved_on_a_gatewa
             OPENAI_API_KEY="sk-test-not-a-real-key", OPENAI_AGENTS_DISABLE_TRACING="1",
         )  # fmt: skip
         try:
-            request_id = approve_the_pending_payment(base, "100")
+            try:
+                request_id = approve_the_pending_payment(base, "100")
+            except (httpx.HTTPError, AssertionError) as failed:  # with what the gateway said
+                raise AssertionError(f"{failed}\n--- approval-gateway run:\n{gateway.output()}") from failed
             stdout, stderr = agent.communicate(timeout=120)
         finally:
             agent.kill()
