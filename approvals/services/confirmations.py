@@ -43,11 +43,11 @@ from approvals.services.audit import audit_append
 from approvals.services.records import (
     Insert,
     event_record,
+    moved_with_event,
     outbox_add,
     outbox_queued,
     redraw_add,
     rows_insert,
-    rows_update,
 )
 from gateway_contract import draws_itself, has_turn_cards
 from gateway_utils import metrics, tick_rest
@@ -293,22 +293,31 @@ def confirmation_transition(
         fields["answer"] = answer  # a question's answer, in the same UPDATE as the move
     decided = {"status": to_status, "decided_by": decided_by, "decided_at": now, "decision_reason": reason, **fields}
     mac, values = _signed_anew(locked if locked is not None else confirmation_id, decided, verified=locked_verifies)
-    if extra_filter is None:  # (a click's, an expiry's: one statement written out)
-        changed = rows_update(
-            ConfirmationRequest,
-            pk=confirmation_id,
-            values={"decided_by_name": decided_by_name, "decision_mac": mac, **decided},
-            only_if={"status": Status.PENDING},
-        )
-    else:
+    event = ConfirmationEvent(
+        confirmation_id=confirmation_id,
+        kind=_TERMINAL_EVENT[to_status],
+        actor=decided_by,
+        channel=channel,
+        message=event_message or reason,
+        data={**({"name": decided_by_name} if decided_by_name else {}), **(event_data or {})},
+    )
+    values_set = {"decided_by_name": decided_by_name, "decision_mac": mac, **decided}
+    if extra_filter is None:  # (a click's, a cancel's: the move, its event and its NOTIFY in one statement)
+        changed, moved = moved_with_event(confirmation_id, values=values_set, only_if={"status": Status.PENDING}, event=event)
+        callback_url = moved.get("callback_url")
+    else:  # (an expiry's: the ORM's UPDATE, then the event)
         changed = (
             ConfirmationRequest.objects.filter(pk=confirmation_id, status=Status.PENDING)
             .filter(extra_filter)
-            .update(decided_by_name=decided_by_name, decision_mac=mac, **decided)
+            .update(**values_set)
         )
+        callback_url = None
     if not changed:
         return False
+    # In the chain: the request's new record, then its event.
     audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
+    if extra_filter is None:
+        audit_append(agent_id=values["agent_id"], action=AuditAction.EVENT, row=event)
     # An expiry decided here was asked for by a click on a request past its deadline (`responses.click_apply`).
     count_decided(
         [confirmation_id],
@@ -317,20 +326,18 @@ def confirmation_transition(
         expired_by="click" if to_status == Status.EXPIRED else "",
         known=[(locked.pk, locked.channel.name, locked.created_at, locked.tool_name)] if locked is not None else None,
     )
-    confirmation = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
-    event_record(
-        confirmation,
-        _TERMINAL_EVENT[to_status],
-        actor=decided_by,
-        channel=channel,
-        message=event_message or reason,
-        data={**({"name": decided_by_name} if decided_by_name else {}), **(event_data or {})},
-        notify=True,  # the waiting agents hear of it at commit
-    )
+    if extra_filter is not None:
+        moved_row = locked or ConfirmationRequest.objects.only("pk", "agent_id", "callback_url").get(pk=confirmation_id)
+        callback_url = moved_row.callback_url
+        event_record(
+            moved_row, event.kind, actor=event.actor, channel=channel, message=event.message, data=event.data,
+            notify=True,  # the waiting agents hear of it at commit
+        )  # fmt: skip
     # One redraw row per state, so an in-flight redraw of an older state cannot swallow this one.
-    redraw_add(confirmation.pk, OutboxKind.UPDATE, dedupe_key=f"{confirmation.pk}:update:{to_status}", locked=locked)
-    if confirmation.callback_url:
-        outbox_add(confirmation, OutboxKind.WEBHOOK, dedupe_key=f"{confirmation.pk}:webhook")
+    pk = ConfirmationRequest._meta.pk.to_python(confirmation_id)  # (the keys name it as its row does)
+    redraw_add(pk, OutboxKind.UPDATE, dedupe_key=f"{pk}:update:{to_status}", locked=locked)
+    if callback_url:
+        outbox_add(pk, OutboxKind.WEBHOOK, dedupe_key=f"{pk}:webhook")
     return True
 
 

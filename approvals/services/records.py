@@ -296,15 +296,21 @@ def rows_update(model: type, *, pk: Any, values: dict[str, Any], only_if: dict[s
     """`UPDATE <table> SET <field> = <value>, … WHERE <pk> = pk AND <field> = <value> …` in one statement
     written out rather than composed by the ORM (a decision's move makes one on every click); the number
     of rows changed. `values` and `only_if` are by field name; values are prepared as the ORM prepares them."""
-    names = tuple(values)
-    conditions = tuple(only_if or {})
-    sql, fields, tests = _update_text(model, connection.vendor, names, conditions)
-    params = {f"u{i}": field.get_db_prep_save(values[field.name], connection=connection) for i, field in enumerate(fields)}
-    params["pk"] = model._meta.pk.get_db_prep_value(model._meta.pk.to_python(pk), connection)
-    params.update({f"w{i}": field.get_db_prep_value((only_if or {})[field.name], connection) for i, field in enumerate(tests)})
+    sql, params = _update_sql_and_params(model, pk=pk, values=values, only_if=only_if)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+def _update_sql_and_params(
+    model: type, *, pk: Any, values: dict[str, Any], only_if: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement of `rows_update` and its named parameters."""
+    sql, fields, tests = _update_text(model, connection.vendor, tuple(values), tuple(only_if or {}))
+    params = {f"u{i}": field.get_db_prep_save(values[field.name], connection=connection) for i, field in enumerate(fields)}
+    params["pk"] = model._meta.pk.get_db_prep_value(model._meta.pk.to_python(pk), connection)
+    params.update({f"w{i}": field.get_db_prep_value((only_if or {})[field.name], connection) for i, field in enumerate(tests)})
+    return sql, params
 
 
 def ids_in(model: type, ids: list[Any]) -> Any:
@@ -377,6 +383,44 @@ def _update_text(model: type, vendor: str, names: tuple[str, ...], conditions: t
     return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}", fields, tests
 
 
+def moved_with_event(
+    pk: Any, *, values: dict[str, Any], only_if: dict[str, Any], event: ConfirmationEvent
+) -> tuple[bool, dict[str, Any]]:
+    """A request's conditional UPDATE (`rows_update`), the event of its move and the NOTIFY of its new
+    state to its waiters, as ONE statement on PostgreSQL: the event is written, and the notification
+    queued (delivered at commit), only if the UPDATE changed the row. (Whether it changed, the row's
+    `callback_url` as it stands); the event saved, its id set, if so. A decision's move was three round
+    trips of every click (the UPDATE, then the event carrying the NOTIFY): now one. Elsewhere, the
+    UPDATE and then the event, as two statements (no notification: waiters poll)."""
+    request_meta = ConfirmationRequest._meta
+    if connection.vendor != "postgresql":
+        changed = rows_update(ConfirmationRequest, pk=pk, values=values, only_if=only_if)
+        if not changed:
+            return False, {}
+        row_insert(event)
+        return True, {"callback_url": ConfirmationRequest.objects.values_list("callback_url", flat=True).get(pk=pk)}
+    update, params = _update_sql_and_params(ConfirmationRequest, pk=pk, values=values, only_if=only_if)
+    insert, inserted = insert_statement(event, where="EXISTS (SELECT 1 FROM moved)")
+    quote = connection.ops.quote_name
+    state = realtime.notify_select(_state_sql("%(notify_ids)s", rows="moved"), channel="%(notify_channel)s")
+    sql = (
+        f"WITH moved AS ({update} RETURNING *), "
+        f"added AS ({insert} RETURNING {quote(event._meta.pk.column)}) "
+        f"SELECT (SELECT {quote(request_meta.get_field('callback_url').column)} FROM moved), "
+        f"(SELECT {quote(event._meta.pk.column)} FROM added), ({state})"
+    )
+    params.update(inserted)
+    params.update({"notify_ids": [str(pk)], "notify_channel": realtime.CHANNEL})
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        callback_url, event_id, _notified = cursor.fetchone()
+    if event_id is None:
+        return False, {}
+    event.pk = event_id
+    event._state.adding = False
+    return True, {"callback_url": callback_url}
+
+
 def row_insert(
     instance: Any,
     *,
@@ -440,14 +484,16 @@ def _signed_columns() -> str:
     return ", ".join(f"'{name}', cr.{connection.ops.quote_name(columns[name])}" for name in REQUEST_SIGNED)
 
 
-def _state_sql(ids: str = "%s") -> str:
+def _state_sql(ids: str = "%s", rows: str = "") -> str:
     """SELECT id, payload for the requests whose ids are the one parameter (placeholder `ids`): each
     one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed —
     what `decision_mac` signs (`signed`, with the MAC: the waiter checks the state before answering on
     it, and reads it from there), and beside it only what is not signed: the id, who decided by name,
     who approved so far. (Until 0.4 the signed fields were also repeated beside `signed`; a reader merges
-    `signed` over the rest, so either shape reads the same: docs/waiting.md, "The notification".)"""
-    requests = ConfirmationRequest._meta.db_table
+    `signed` over the rest, so either shape reads the same: docs/waiting.md, "The notification".)
+    `rows`: where the requests' rows are read from instead of their table — the `RETURNING *` of an UPDATE
+    in the same statement (a sibling's read of the table would see the rows as they were before it)."""
+    requests = rows or connection.ops.quote_name(ConfirmationRequest._meta.db_table)
     responses = ApproverResponse._meta.db_table
     return (
         "SELECT cr.id, json_build_object("
