@@ -78,6 +78,7 @@ class PreparedRead:
             "pk": pk,
             "params": list(params),
             "at": at,
+            "width": len(select),  # the statement's columns
         }
 
     def first(self, *values: Any) -> Any:
@@ -85,33 +86,25 @@ class PreparedRead:
         or one value per placeholder."""
         if connection.vendor != "postgresql":
             return self._build(*values).first()
-        connection.ensure_connection()
+        rows = _run(self._plan["sql"], self._params(values))
+        return self._instance(list(rows[0])) if rows else None
+
+    def _params(self, values: tuple[Any, ...]) -> list[Any]:
+        """The statement's parameters with `values` in their places."""
         plan = self._plan
         if self._placeholders is None:
             (pk,) = values
             values = (plan["pk"].get_db_prep_value(plan["pk"].to_python(pk), connection),)
         elif len(values) != len(self._placeholders):
             raise TypeError(f"this read takes {len(self._placeholders)} values, not {len(values)}")
-        raw = connection.connection
-        if raw.prepare_threshold is None:
-            # Django turns psycopg's preparing off (its own cursors bind on the client and never
-            # prepare): on, but never by count — only what is asked for with `prepare=True`.
-            raw.prepare_threshold = NEVER_BY_COUNT
         params = plan["params"].copy()
         for position, value in zip(plan["at"], values):
             params[position] = value
-        started = time.monotonic()
-        # (errors as Django raises them: django.db.OperationalError for a database gone away, and so on)
-        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-            cursor.execute(plan["sql"], params, prepare=True)
-            rows = cursor.fetchall()
-        if connection.queries_logged:
-            connection.queries_log.append(
-                {"sql": plan["sql"] % tuple(f"'{param}'" for param in params), "time": f"{time.monotonic() - started:.3f}"}
-            )
-        if not rows:
-            return None
-        row = list(rows[0])
+        return params
+
+    def _instance(self, row: list[Any]) -> Any:
+        """A row of the statement as the ORM makes it a model instance."""
+        plan = self._plan
         for position, (converters, expression) in plan["converters"]:
             value = row[position]
             for converter in converters:
@@ -123,3 +116,50 @@ class PreparedRead:
         for name, position in plan["annotations"]:
             setattr(instance, name, row[position])
         return instance
+
+
+class PreparedPair:
+    """Two prepared reads in ONE statement: `outer`'s row and, beside it, `inner`'s row (by values of its
+    own, whatever the outer row holds: `LEFT JOIN LATERAL … ON true`). Both are read in one snapshot, as
+    fresh as two statements would read them. `first(outer_values, inner_values)`: (outer instance or
+    None, inner instance or None) — the inner one only when the outer row exists."""
+
+    def __init__(self, outer: PreparedRead, inner: PreparedRead) -> None:
+        self.outer = outer
+        self.inner = inner
+
+    @functools.cached_property
+    def _sql(self) -> str:
+        return f"SELECT * FROM ({self.outer._plan['sql']}) AS o LEFT JOIN LATERAL ({self.inner._plan['sql']}) AS i ON true"
+
+    def first(self, outer_values: tuple[Any, ...], inner_values: tuple[Any, ...]) -> tuple[Any, Any]:
+        if connection.vendor != "postgresql":
+            return self.outer.first(*outer_values), self.inner.first(*inner_values)
+        rows = _run(self._sql, [*self.outer._params(outer_values), *self.inner._params(inner_values)])
+        if not rows:
+            return None, None
+        row, width = list(rows[0]), self.outer._plan["width"]
+        inner = row[width:]
+        found = self.inner._instance(inner) if any(value is not None for value in inner) else None
+        return self.outer._instance(row[:width]), found
+
+
+def _run(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """`sql` as a prepared statement on the request's connection; its rows. Recorded where Django records
+    its own statements."""
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django turns psycopg's preparing off (its own cursors bind on the client and never
+        # prepare): on, but never by count — only what is asked for with `prepare=True`.
+        raw.prepare_threshold = NEVER_BY_COUNT
+    started = time.monotonic()
+    # (errors as Django raises them: django.db.OperationalError for a database gone away, and so on)
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        rows = cursor.fetchall()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": sql % tuple(f"'{param}'" for param in params), "time": f"{time.monotonic() - started:.3f}"}
+        )
+    return rows

@@ -3,7 +3,8 @@ prepared statement and a wrong password refused once.
 
 Every page an approver opens and every click they make reads the user their session holds (Django's
 `get_user`). ModelBackend composes that read with the ORM on each request; here it is prepared once per
-database connection (`selectors.user_by_id`, as the session itself is: gateway/sessions.py).
+database connection (`selectors.user_by_id`, as the session itself is: gateway/sessions.py) — or, once the
+process knows whose a session is, read with the session in one statement (`sessions.prefetched_user`).
 
 Django's own ModelBackend stays listed after this one, for the sessions signed in through it before this
 backend existed (a session names the backend that signed it in): they stay signed in and read their
@@ -21,6 +22,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
 
 from approvals import selectors
+from gateway.sessions import prefetched_user
 
 
 class PasswordBackend(ModelBackend):
@@ -32,5 +34,6 @@ class PasswordBackend(ModelBackend):
         return user
 
     def get_user(self, user_id: Any) -> Any | None:
-        user = selectors.user_by_id(user_id)
+        # (read in one statement with the request's session when the process knew whose it was)
+        user = prefetched_user(user_id) or selectors.user_by_id(user_id)
         return user if user is not None and self.user_can_authenticate(user) else None

@@ -472,7 +472,7 @@ def _user_with_people(pk: Any) -> Any:
 # The signed-in user, read on every page and click (the sign-in backends' `get_user`), prepared once per
 # connection (approvals.prepared) rather than composed by the ORM each time — with the rows that say
 # which person they are, so that a click does not read them again (`people_known`).
-_USER_READ = PreparedRead(_user_with_people)
+USER_READ = PreparedRead(_user_with_people)
 
 
 def people_known(user: Any) -> None:
@@ -493,4 +493,4 @@ def user_by_id(user_id: Any) -> Any | None:
         pk = get_user_model()._meta.pk.to_python(user_id)
     except ValidationError:
         return None
-    return None if pk is None else _USER_READ.first(pk)
+    return None if pk is None else USER_READ.first(pk)
