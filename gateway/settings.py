@@ -252,6 +252,12 @@ CELERY_BEAT_SCHEDULE = {"gateway-tick": {"task": "approvals.tasks.tick", "schedu
 GATEWAY_TICK_REST_SECONDS = env_int("GATEWAY_TICK_REST_SECONDS", 10)
 if GATEWAY_TICK_REST_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_TICK_REST_SECONDS must be 0 or more, got {GATEWAY_TICK_REST_SECONDS}")
+# How much lower than the server's the CPU priority of `celery worker` and `celery beat` is (their `nice`,
+# 0-19; gateway/celery.py): on a machine they share with the server, a tick or a delivery waits for a
+# click's or an agent's request in progress rather than stretching it. 0: the same priority.
+GATEWAY_WORKER_NICE = env_int("GATEWAY_WORKER_NICE", 10)
+if not 0 <= GATEWAY_WORKER_NICE <= 19:
+    raise ImproperlyConfigured(f"GATEWAY_WORKER_NICE must be between 0 and 19, got {GATEWAY_WORKER_NICE}")
 # Beat's scheduler: celery's, which asks `tick_rest` before sending the tick (gateway/beat.py).
 CELERY_BEAT_SCHEDULER = "gateway.beat:Scheduler"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

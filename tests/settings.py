@@ -13,6 +13,11 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gatewa
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/5")
 os.environ.setdefault("GATEWAY_VAR_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test"))
+# The workers and beats the tests start (in processes of their own) at the test processes' priority: `make
+# test` runs more test processes than the machine has cores, and a worker at the default lower priority
+# (GATEWAY_WORKER_NICE, gateway/celery.py) would wait behind them. tests/gateway/test_worker_priority.py
+# checks the default.
+os.environ.setdefault("GATEWAY_WORKER_NICE", "0")
 
 # Under pytest-xdist (`make test` runs `-n`), worker gwN gets its own test database (pytest-django
 # suffixes the name), its own pair of Redis databases, channel-layer prefix and var directory, so
