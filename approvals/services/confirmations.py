@@ -28,6 +28,7 @@ from approvals.audit import REQUEST_SIGNED, decision_mac, decision_verifies
 from approvals.errors import AlreadyDecided, InvalidInput
 from approvals.models import (
     Agent,
+    ApproverResponse,
     AuditAction,
     Channel,
     ConfirmationEvent,
@@ -272,6 +273,7 @@ def confirmation_transition(
     locked: ConfirmationRequest | None = None,
     locked_verifies: bool = False,
     answer: Any = None,
+    response: ApproverResponse | None = None,
 ) -> bool:
     """pending -> `to_status` as ONE conditional UPDATE. True if this call won.
 
@@ -282,6 +284,9 @@ def confirmation_transition(
 
     `decided_by` is channel-qualified (`slack:U…`, `web:alice`, `gateway`…), `decided_by_name`
     its display name; an approval with edits sets `arg_edits` and `approved_args` in the same UPDATE.
+    `response`: the approver's answer that decides it (unsaved), written in the same statement — unless
+    that person answered already: then nothing is written, False, and the response stays unsaved
+    (`response.pk` None). Its chain entry comes first, then the request's, then the event's.
     Must run inside a transaction: the event, the NOTIFY (delivered at commit)
     and the card-redraw / webhook outbox rows commit with the change or not at all.
     """
@@ -303,9 +308,13 @@ def confirmation_transition(
     )
     values_set = {"decided_by_name": decided_by_name, "decision_mac": mac, **decided}
     if extra_filter is None:  # (a click's, a cancel's: the move, its event and its NOTIFY in one statement)
-        changed, moved = moved_with_event(confirmation_id, values=values_set, only_if={"status": Status.PENDING}, event=event)
+        changed, moved = moved_with_event(
+            confirmation_id, values=values_set, only_if={"status": Status.PENDING}, event=event, response=response
+        )
         callback_url = moved.get("callback_url")
     else:  # (an expiry's: the ORM's UPDATE, then the event)
+        if response is not None:
+            raise TypeError("a response is written with a move by its id alone (no extra filter)")
         changed = (
             ConfirmationRequest.objects.filter(pk=confirmation_id, status=Status.PENDING)
             .filter(extra_filter)
@@ -314,7 +323,9 @@ def confirmation_transition(
         callback_url = None
     if not changed:
         return False
-    # In the chain: the request's new record, then its event.
+    # In the chain: the response, the request's new record, then its event.
+    if response is not None:
+        audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row=response)
     audit_append(agent_id=values["agent_id"], action=AuditAction.RECORDED, row={**values, **decided}, source="request")
     if extra_filter is None:
         audit_append(agent_id=values["agent_id"], action=AuditAction.EVENT, row=event)

@@ -384,16 +384,28 @@ def _update_text(model: type, vendor: str, names: tuple[str, ...], conditions: t
 
 
 def moved_with_event(
-    pk: Any, *, values: dict[str, Any], only_if: dict[str, Any], event: ConfirmationEvent
+    pk: Any,
+    *,
+    values: dict[str, Any],
+    only_if: dict[str, Any],
+    event: ConfirmationEvent,
+    response: ApproverResponse | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     """A request's conditional UPDATE (`rows_update`), the event of its move and the NOTIFY of its new
     state to its waiters, as ONE statement on PostgreSQL: the event is written, and the notification
     queued (delivered at commit), only if the UPDATE changed the row. (Whether it changed, the row's
-    `callback_url` as it stands); the event saved, its id set, if so. A decision's move was three round
-    trips of every click (the UPDATE, then the event carrying the NOTIFY): now one. Elsewhere, the
-    UPDATE and then the event, as two statements (no notification: waiters poll)."""
+    `callback_url` as it stands); the event saved, its id set, if so. A decision's move was two round
+    trips of every click (the UPDATE, then the event carrying the NOTIFY): now one.
+
+    `response`: the approver's answer that decides it, written first in the same statement unless that
+    person answered already (`response_add`'s rule) — and then nothing at all is written (the response
+    stays unsaved: its `pk` None). The notification's `approved_by` counts it.
+
+    Elsewhere, the statements one by one (no notification: waiters poll)."""
     request_meta = ConfirmationRequest._meta
     if connection.vendor != "postgresql":
+        if response is not None and not response_add(response):
+            return False, {}
         changed = rows_update(ConfirmationRequest, pk=pk, values=values, only_if=only_if)
         if not changed:
             return False, {}
@@ -402,18 +414,34 @@ def moved_with_event(
     update, params = _update_sql_and_params(ConfirmationRequest, pk=pk, values=values, only_if=only_if)
     insert, inserted = insert_statement(event, where="EXISTS (SELECT 1 FROM moved)")
     quote = connection.ops.quote_name
-    state = realtime.notify_select(_state_sql("%(notify_ids)s", rows="moved"), channel="%(notify_channel)s")
+    answered = ""
+    if response is not None:
+        answering, answer = insert_statement(response, prefix="a_")
+        answered = (
+            f"answered AS ({answering} ON CONFLICT (confirmation_id, person) DO NOTHING RETURNING "
+            f"{quote(response._meta.pk.column)}, approver, decision, created_at, confirmation_id), "
+        )
+        update += " AND EXISTS (SELECT 1 FROM answered)"
+        params.update(answer)
+    state = realtime.notify_select(
+        _state_sql("%(notify_ids)s", rows="moved", answered="answered" if response is not None else ""),
+        channel="%(notify_channel)s",
+    )
     sql = (
-        f"WITH moved AS ({update} RETURNING *), "
+        f"WITH {answered}moved AS ({update} RETURNING *), "
         f"added AS ({insert} RETURNING {quote(event._meta.pk.column)}) "
         f"SELECT (SELECT {quote(request_meta.get_field('callback_url').column)} FROM moved), "
         f"(SELECT {quote(event._meta.pk.column)} FROM added), ({state})"
+        + (f", (SELECT {quote(response._meta.pk.column)} FROM answered)" if response is not None else "")
     )
     params.update(inserted)
     params.update({"notify_ids": [str(pk)], "notify_channel": realtime.CHANNEL})
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        callback_url, event_id, _notified = cursor.fetchone()
+        callback_url, event_id, _notified, *response_id = cursor.fetchone()
+    if response is not None and response_id[0] is not None:
+        response.pk = response_id[0]
+        response._state.adding = False
     if event_id is None:
         return False, {}
     event.pk = event_id
@@ -484,7 +512,7 @@ def _signed_columns() -> str:
     return ", ".join(f"'{name}', cr.{connection.ops.quote_name(columns[name])}" for name in REQUEST_SIGNED)
 
 
-def _state_sql(ids: str = "%s", rows: str = "") -> str:
+def _state_sql(ids: str = "%s", rows: str = "", answered: str = "") -> str:
     """SELECT id, payload for the requests whose ids are the one parameter (placeholder `ids`): each
     one's `ConfirmationState` as JSON, built by PostgreSQL from the row the transaction just changed —
     what `decision_mac` signs (`signed`, with the MAC: the waiter checks the state before answering on
@@ -492,15 +520,19 @@ def _state_sql(ids: str = "%s", rows: str = "") -> str:
     who approved so far. (Until 0.4 the signed fields were also repeated beside `signed`; a reader merges
     `signed` over the rest, so either shape reads the same: docs/waiting.md, "The notification".)
     `rows`: where the requests' rows are read from instead of their table — the `RETURNING *` of an UPDATE
-    in the same statement (a sibling's read of the table would see the rows as they were before it)."""
+    in the same statement (a sibling's read of the table would see the rows as they were before it);
+    `answered`: likewise, the `RETURNING` (id, approver, decision, created_at, confirmation_id) of a response written in the
+    same statement, counted among who approved."""
     requests = rows or connection.ops.quote_name(ConfirmationRequest._meta.db_table)
-    responses = ApproverResponse._meta.db_table
+    responses = f"SELECT r.id, r.approver, r.decision, r.created_at, r.confirmation_id FROM {ApproverResponse._meta.db_table} r"
+    if answered:
+        responses += f" UNION ALL SELECT a.id, a.approver, a.decision, a.created_at, a.confirmation_id FROM {answered} a"
     return (
         "SELECT cr.id, json_build_object("
         "'id', cr.id, 'decided_by_name', cr.decided_by_name, "
         f"'signed', json_build_object({_signed_columns()}, 'decision_mac', cr.decision_mac), "
         "'approved_by', COALESCE((SELECT json_agg(r.approver ORDER BY r.created_at, r.id) "
-        f"FROM {responses} r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
+        f"FROM ({responses}) r WHERE r.confirmation_id = cr.id AND r.decision = 'approve'), '[]'::json)"
         f")::text AS payload FROM {requests} cr WHERE cr.id = ANY({ids}::uuid[])"
     )
 

@@ -178,10 +178,24 @@ def click_apply(
         channel=channel_name,
     )
     response.decision_mac = decision_mac(ApproverResponse, response)
-    if not response_add(response):  # one per person (a unique constraint): this one answered already
-        return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
-    audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
-    _count_answer(confirmation, response)
+    # An answer that decides — a question's, a rejection, the approval a quorum of one needs — is written in
+    # the move's own statement (`confirmation_transition(response=…)`); an approval toward a larger quorum
+    # is written first, then counted.
+    decides = callback.decision in ("answer", "reject") or confirmation.approvals_required <= 1
+    if not decides:
+        if not response_add(response):  # one per person (a unique constraint): this one answered already
+            return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
+        audit_append(agent_id=confirmation.agent_id, action=AuditAction.RECORDED, row=response)
+        _count_answer(confirmation, response)
+
+    def answered_already() -> DecisionOutcome | None:
+        """After a move that carried the response: the duplicate outcome if that person had answered (then
+        nothing was written), else None (the response counted)."""
+        if response.pk is None:
+            return outcome(False, "duplicate", _already_answered(confirmation, person=person, actor=actor))
+        _count_answer(confirmation, response)
+        return None
+
     if behalf:
         who = {**who, "on_behalf_of": behalf["for"], "on_behalf_of_name": behalf["name"]}
         name_on_behalf = f"{name} on behalf of {behalf['name']}"
@@ -201,8 +215,9 @@ def click_apply(
             event_data={"answer": callback.answer},
             locked=confirmation,
             locked_verifies=True,  # (checked above: `decision_verifies`)
+            response=response,
         )
-        return outcome(True, "decided", f"Answered: {shown}")
+        return answered_already() or outcome(True, "decided", f"Answered: {shown}")
 
     if callback.decision == "reject":
         confirmation_transition(
@@ -215,8 +230,9 @@ def click_apply(
             event_data=_behalf_data(behalf),
             locked=confirmation,
             locked_verifies=True,  # (checked above: `decision_verifies`)
+            response=response,
         )
-        return outcome(True, "decided", "Rejected.")
+        return answered_already() or outcome(True, "decided", "Rejected.")
     # (No count needed when one approval is the quorum: this is it.)
     approvals = 1 if confirmation.approvals_required <= 1 else _approvals_counted(confirmation)
     if approvals >= confirmation.approvals_required:
@@ -242,7 +258,10 @@ def click_apply(
             event_data={**data, **_behalf_data(behalf)},
             locked=confirmation,
             locked_verifies=True,  # (checked above: `decision_verifies`)
+            response=response if decides else None,
         )
+        if decides and (duplicate := answered_already()) is not None:
+            return duplicate
         if not won:  # cannot happen under the row lock; never grant for an approval that did not take
             raise AlreadyDecided(selectors.final_state_sentence(confirmation))
         if option is not None:

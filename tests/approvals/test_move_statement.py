@@ -1,7 +1,8 @@
-"""A decision's move — the conditional UPDATE, its event and the NOTIFY of the new state — is one statement
-(`records.moved_with_event`): the notification carries the row as the UPDATE left it (a sibling's read of
-the table in the same statement would see it as it was before), and a move that did not happen writes no
-event and notifies no one. Real PostgreSQL, a LISTEN of its own."""
+"""A decision's move — the response that decides it, the conditional UPDATE, its event and the NOTIFY of
+the new state — is one statement (`records.moved_with_event`): the notification carries the row as the
+UPDATE left it and counts the response written beside it (a sibling's read of the tables in the same
+statement would see them as they were before), and a move that did not happen, or a response of someone
+who answered already, writes nothing and notifies no one. Real PostgreSQL, a LISTEN of its own."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from approvals.audit import audit_verify
-from approvals.models import ConfirmationEvent, ConfirmationRequest, Status
+from approvals.models import ApproverResponse, ConfirmationEvent, ConfirmationRequest, Status
 from approvals.services.confirmations import confirmation_transition
 from approvals.services.records import _state_sql
 from gateway_utils import realtime
-from tests.conftest import AgentClient
+from tests.conftest import AgentClient, apply_config, decide, make_agent_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,3 +104,75 @@ def test_a_move_that_does_not_happen_writes_no_event_and_notifies_no_one(agent):
     row = ConfirmationRequest.objects.get(pk=confirmation.pk)
     assert (row.status, row.decided_by) == ("approved", "web:alice")
     assert audit_verify().ok
+
+
+# --------------------------------------------------------------------------- the response in the same statement
+
+TWO_PEOPLE = """
+channels: [{name: web, kind: web}]
+agents:
+  - name: purchasing-bot
+    hooks:
+      - kind: approval_gate
+        name: two-people
+        tools: ["oa__purchase_pay"]
+        channel: web
+        approvals_required: 2
+        timeout_seconds: 1800
+"""
+
+
+def test_the_deciding_answer_is_written_with_the_move_and_counted_in_the_notification(agent):
+    """A quorum of one: the approver's response, the UPDATE, the event and the NOTIFY in one statement;
+    the notification's `approved_by` names the approver, as a read of the tables after the commit does."""
+    confirmation = pending(agent)
+    listening = Listening()
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            outcome = decide(str(confirmation.pk), "approve", actor="alice")
+        heard = listening.heard_until_marker()
+    finally:
+        listening.close()
+
+    assert outcome.applied and outcome.code == "decided"
+    writes = [q["sql"] for q in captured.captured_queries if 'INTO "approvals_approverresponse"' in q["sql"]]
+    assert len(writes) == 1 and 'UPDATE "approvals_confirmationrequest" SET' in writes[0]
+    told = json.loads(heard[0])
+    assert told["approved_by"] == ["web:alice"] and told["signed"]["status"] == "approved"
+    with connection.cursor() as cursor:
+        cursor.execute(_state_sql(), [[str(confirmation.pk)]])
+        assert json.loads(cursor.fetchone()[1]) == told
+    assert list(ApproverResponse.objects.filter(confirmation_id=confirmation.pk).values_list("approver", flat=True)) == ["web:alice"]
+    assert audit_verify().ok
+
+
+def test_a_person_who_answered_already_changes_nothing_when_their_second_answer_would_decide(live_gateway):
+    """A quorum of two: alice approves (one of two), then rejects — a rejection decides, so it goes in the
+    move's statement, and her earlier answer holds it back whole: no second response, no move, no event,
+    no notification."""
+    apply_config(TWO_PEOPLE)
+    agent = make_agent_client(live_gateway, "purchasing-bot")
+    try:
+        confirmation = pending(agent)
+    finally:
+        agent.http.close()
+    first = decide(str(confirmation.pk), "approve", actor="alice")
+    assert first.code == "recorded", first
+    events_before = ConfirmationEvent.objects.filter(confirmation_id=confirmation.pk).count()
+    listening = Listening()
+    try:
+        again = decide(str(confirmation.pk), "reject", actor="alice")
+        heard = listening.heard_until_marker()
+    finally:
+        listening.close()
+
+    assert (again.applied, again.code) == (False, "duplicate") and "already answered" in again.message
+    assert heard == []
+    row = ConfirmationRequest.objects.get(pk=confirmation.pk)
+    assert row.status == "pending"
+    assert ApproverResponse.objects.filter(confirmation_id=confirmation.pk).count() == 1
+    assert ConfirmationEvent.objects.filter(confirmation_id=confirmation.pk).count() == events_before
+    assert audit_verify().ok
+    # and bob's rejection then decides it, his response and the move in one statement
+    assert decide(str(confirmation.pk), "reject", actor="bob").code == "decided"
+    assert ConfirmationRequest.objects.get(pk=confirmation.pk).status == "rejected"

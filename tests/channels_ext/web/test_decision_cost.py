@@ -26,9 +26,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #   everyone belongs to needs no read of the user's teams), its channels;
 #   whom the call was made for (self-approval: is `u-42` a user? user, person, link) — who clicked is
 #   known from the sign-in's read;
-#   the response; the conditional UPDATE with its event and its NOTIFY, one statement;
+#   the response, the conditional UPDATE, its event and its NOTIFY, one statement;
 #   the chain's three entries (response, request, event) in one statement; COMMIT.
-DECISION_STATEMENTS = 8
+DECISION_STATEMENTS = 7
 
 
 def kinds(captured) -> list[str]:
@@ -42,7 +42,7 @@ def kinds(captured) -> list[str]:
     return out
 
 
-def test_a_web_approval_makes_eight_statements_and_its_record_verifies(agent, people):
+def test_a_web_approval_makes_seven_statements_and_its_record_verifies(agent, people):
     confirmation = pending(agent)
     alice = signed_in("alice")
     alice.get(page_url(confirmation))  # the page as drawn before the click
@@ -78,7 +78,7 @@ def user_reads(captured) -> int:
 
 def test_a_web_approval_of_a_call_made_for_nobody_reads_no_user_of_its_own(agent, people):
     """Who clicked is known from the sign-in's read (the session's user, with their person and links):
-    a call made for nobody in particular is decided with no read of who is whom — seven statements."""
+    a call made for nobody in particular is decided with no read of who is whom — six statements."""
     confirmation = ConfirmationRequest.objects.get(
         pk=agent.pre_tool_use("oa__purchase_pay", {"amount": 5}).json()["confirmation_id"]
     )
