@@ -416,7 +416,11 @@ def moved_with_event(
     quote = connection.ops.quote_name
     answered = ""
     if response is not None:
-        answering, answer = insert_statement(response, prefix="a_")
+        # (written only if the request is as the UPDATE wants it: never a response without its move)
+        requests = quote(request_meta.db_table)
+        answering, answer = insert_statement(
+            response, prefix="a_", where=f"EXISTS (SELECT 1 FROM {requests} WHERE {update.split(' WHERE ', 1)[1]})"
+        )
         answered = (
             f"answered AS ({answering} ON CONFLICT (confirmation_id, person) DO NOTHING RETURNING "
             f"{quote(response._meta.pk.column)}, approver, decision, created_at, confirmation_id), "

@@ -176,3 +176,22 @@ def test_a_person_who_answered_already_changes_nothing_when_their_second_answer_
     # and bob's rejection then decides it, his response and the move in one statement
     assert decide(str(confirmation.pk), "reject", actor="bob").code == "decided"
     assert ConfirmationRequest.objects.get(pk=confirmation.pk).status == "rejected"
+
+
+def test_a_response_is_never_written_without_its_move(agent):
+    """The move carrying a response finds the request decided (as no click under the row lock can): the
+    response is not written either — no answer is left behind without the decision it made."""
+    confirmation = pending(agent)
+    assert approve(confirmation)[0] is True
+    response = ApproverResponse(confirmation=confirmation, approver="web:bob", person="web:bob", approver_name="bob",
+                                decision="reject", channel="web")  # fmt: skip
+
+    with transaction.atomic():
+        locked = ConfirmationRequest.objects.select_related("channel").select_for_update(of=("self",)).get(pk=confirmation.pk)
+        won = confirmation_transition(locked.pk, Status.REJECTED, decided_by="web:bob", channel="web", locked=locked,
+                                      locked_verifies=True, response=response)  # fmt: skip
+
+    assert won is False and response.pk is None
+    assert not ApproverResponse.objects.filter(confirmation_id=confirmation.pk, approver="web:bob").exists()
+    assert ConfirmationRequest.objects.get(pk=confirmation.pk).status == "approved"
+    assert audit_verify().ok
