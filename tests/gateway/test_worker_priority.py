@@ -63,8 +63,11 @@ def worker(tmp_path: Path, **env: str) -> Command:
 
 
 def test_the_worker_its_pool_and_beat_run_at_a_lower_priority_than_the_server(tmp_path):
-    started = [worker(tmp_path), Command(tmp_path, "beat", "-s", str(tmp_path / "schedule"), ready="Starting")]
+    started: list[Command] = []
     try:
+        started.append(worker(tmp_path))
+        # (beat says "Starting" before its `beat_init`, where it lowers its priority; its first send comes after)
+        started.append(Command(tmp_path, "beat", "-s", str(tmp_path / "schedule"), ready="Sending due task"))
         pool = children_of(started[0].proc.pid)
         assert pool, "the prefork worker has no pool child"
 
