@@ -119,6 +119,19 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def proc_run_seconds(pid: int) -> float:
+    """CPU time of every thread of a process so far, in nanoseconds' resolution (/proc/<pid>/task/*/schedstat):
+    fine enough for one request's share, which `proc_cpu_seconds`' clock ticks (10 ms) are not."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0])
+        except OSError:  # (a thread gone meanwhile)
+            pass
+    return total / 1e9
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -83,6 +83,13 @@ def table(results: dict[str, Any]) -> str:
             f"| | an approver's decision (web page form POST) sent → answered, p50 / p99 | {f['p50']:.1f} / {f['p99']:.1f} ms "
             f"| peer's JSON POST (quoted): {PEER['decide_p50_ms']} ms | p50 ≤ 10 ms | {mark[d['met']]} |"
         )
+        if (r := d.get("after_reading")) is not None:
+            f = r["form_post_ms"]
+            rows.append(
+                f"| | the same decision after reading the page 0.2–0.8 s (the server idle meanwhile), p50 / p99; "
+                f"server CPU a click | {f['p50']:.1f} / {f['p99']:.1f} ms; {r['server_cpu_ms_each']:.1f} ms "
+                f"| right after the page: {d['server_cpu_ms_each']:.1f} ms | measured, no target | |"
+            )
     if (g := results.get("growth")) is not None:
         e, f = g["empty"], g["full"]
         rows.append(

@@ -21,7 +21,8 @@ measured in the same run (docs/waiting.md explains the rows):
 5. create and decide: pending requests created by 8 clients (row, event,
    outbox, card delivered by a real Celery worker — checked to keep up), server
    and worker CPU per request; an approver's decision on the web page, sent →
-   answered.
+   answered, right after the page loaded and after reading it (the server idle
+   meanwhile: the click a gateway meets in use), with the server's CPU a click.
 6. growth: the allow path and the expiry sweep on an empty database and with
    1,000,000 ToolCall rows and 100,000 pending requests.
 7. proxy: an allowed `tools/call` through the MCP proxy to a trivial upstream,
@@ -119,7 +120,8 @@ async def _main_async(args: argparse.Namespace, fake_slack: Any) -> dict[str, An
                 results["create_slack"] = await part_create(gateway, worker, ids, seconds=args.create_seconds,
                                                             concurrency=args.concurrency, channel="slack")  # fmt: skip
                 worker.stop()
-                results["decide"] = await part_decide(gateway, ids, decisions=args.decisions)
+                results["decide"] = await part_decide(gateway, ids, decisions=args.decisions,
+                                                      read_decisions=args.read_decisions)  # fmt: skip
             if "growth" in parts:
                 results["growth"] = await part_growth(gateway, ids, seconds=args.seconds, concurrency=args.concurrency,
                                                       tool_calls=args.grow_tool_calls, pending=args.grow_pending)  # fmt: skip
@@ -142,6 +144,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default=ALL_PARTS, help=f"which parts to run (default: {ALL_PARTS})")
     parser.add_argument("--decisions", type=int, default=300, help="2/5: decisions measured (default 300)")
+    parser.add_argument("--read-decisions", type=int, default=100,
+                        help="5: decisions measured after reading the page 0.2-0.8 s (default 100)")
     parser.add_argument("--crowd", default="1000,10000", help="3: waiter counts (default 1000,10000)")
     parser.add_argument("--expiry", default="2000,10000", help="4: waiter counts (default 2000,10000)")
     parser.add_argument("--seconds", type=float, default=6, help="1/6: seconds per round (default 6)")
