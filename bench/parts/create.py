@@ -154,7 +154,7 @@ async def _decisions(server: Server, conn: Any, agent: Any, auth: dict[str, str]
         form = urlencode({"decision": "approve", "reason": "", "csrfmiddlewaretoken": token}).encode()
         post_headers = {"content-type": "application/x-www-form-urlencoded", "cookie": cookie_header(jar),
                         "referer": f"http://127.0.0.1:{server.port}{page}"}  # fmt: skip
-        if reading:
+        if reading and i >= 20:  # (the 20 that warm the paths up are not read)
             await asyncio.sleep(reading * pauses.uniform(0.4, 1.6))
         cpu0 = proc_run_seconds(server.pid)
         t0 = time.perf_counter()
