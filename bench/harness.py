@@ -157,7 +157,7 @@ class Server:
                 os.sched_setaffinity(0, {SERVER_CPU})
 
         cmd = [
-            sys.executable, "-m", "uvicorn", self.app,
+            sys.executable, "-m", "gateway.serve", self.app,  # (uvicorn's command line: gateway/serve.py)
             "--host", "127.0.0.1", "--port", str(self.port),
             "--interface", "asgi3", "--lifespan", "off", "--log-level", "warning", "--no-access-log",
             "--backlog", "4096", *HTTP_PROTOCOL,

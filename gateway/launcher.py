@@ -78,11 +78,12 @@ def run(host: str | None = None, port: str | None = None, prog: str = "approval-
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(command("demo_setup"), check=True, env=env, capture_output=True, text=True).stdout
     connections = channels_needing_connections(env)
-    # uvicorn puts its --app-dir first on the import path: the directory this package was loaded from.
+    # uvicorn (`gateway.serve`: its command line, resting between ticks) puts its --app-dir first on the import
+    # path: the directory this package was loaded from.
     app_dir = str(paths.SOURCE_ROOT)
     procs = {
         "server": subprocess.Popen(
-            [PY, "-m", "uvicorn", "gateway.asgi:application", "--app-dir", app_dir,
+            [PY, "-m", "gateway.serve", "gateway.asgi:application", "--app-dir", app_dir,
              "--http", "gateway.http_protocol:OneWriteProtocol",
              "--host", host, "--port", port, "--log-level", "warning"],
             env=env,
