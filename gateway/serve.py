@@ -8,7 +8,8 @@ gateway's VM each of those wakes finds the process's caches cold: with nothing t
 used 0.0045 of a core, the biggest share of an idle gateway's (docs/benchmarks.md, "idle"). `RestingServer`
 ticks once a second — the `Date` header is refreshed as often as uvicorn refreshes it — and is woken at
 once when told to stop (a signal, or `should_exit` set from any thread), so a shutdown is as prompt as
-uvicorn's. Nothing else of uvicorn changes: its options, workers, reloader and protocols are its own.
+uvicorn's. Nothing else of uvicorn changes: its options, reloader and protocols are its own (with
+`--workers N` each worker process is spawned afresh and builds uvicorn's own server: `main`).
 """
 
 from __future__ import annotations
