@@ -53,9 +53,9 @@ class RestingServer(uvicorn.Server):
         should_exit = await self.on_tick(counter)
         while not should_exit:
             counter = (counter + 10) % 864000
-            if not self._woken.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._woken.wait(), self.TICK)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), self.TICK)
+            self._woken.clear()  # (a stop taken back before the tick saw it must not leave the loop spinning)
             should_exit = await self.on_tick(counter)
 
 
