@@ -101,9 +101,9 @@ def tick() -> dict[str, Any]:
 
     A tick that leaves nothing due within a rest — no outbox row to send, retry or gather, no pending
     request's deadline or timer before the first tick after it — lets beat skip the ticks of the next
-    GATEWAY_TICK_REST_SECONDS (10 s), until a worker's next delivery or a request with a timer within it
+    GATEWAY_TICK_REST_SECONDS (30 s), until a worker's next delivery or a request with a timer within it
     (gateway_utils.tick_rest): a gateway whose requests wait on people, not on clocks, sends itself a task
-    every 10 s, not every 2 s."""
+    every 30 s, not every 2 s."""
     now = time.monotonic()
     slack = settings.GATEWAY_TICK_SECONDS / 2
     done: dict[str, Any] = {}

@@ -1,12 +1,15 @@
 """Beat's scheduler (`celery -A gateway beat`; CELERY_BEAT_SCHEDULER): Celery's own, persisting its
 schedule to the same file, except that the tick (`approvals.tasks.tick`) is not sent while the last one
-left the gateway at rest (gateway_utils.tick_rest). Beat still wakes every tick to ask — one PTTL to the
-broker's Redis —, so a worker's delivery ends the rest within one tick."""
+left the gateway at rest (gateway_utils.tick_rest), and that beat, resting, sleeps in Redis rather than
+in `time.sleep`: it wakes when the rest lapses or a delivery ends it (`tick_rest.wake`), and then sends the
+tick at once — not every tick to ask."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from celery.beat import PersistentScheduler, ScheduleEntry
-from django.conf import settings
 
 from gateway_utils import tick_rest
 
@@ -14,11 +17,28 @@ TICK_TASK = "approvals.tasks.tick"
 
 
 class Scheduler(PersistentScheduler):
-    """Celery's `PersistentScheduler`, which skips the tick while it rests."""
+    """Celery's `PersistentScheduler`, which skips the tick while it rests and waits for the rest's end."""
+
+    _rest_until = 0.0  # (monotonic) when the rest that held the tick back lapses; 0: not resting
 
     def is_due(self, entry: ScheduleEntry) -> tuple[bool, float]:
         due, next_in = super().is_due(entry)
-        if due and entry.task == TICK_TASK and tick_rest.resting():
-            # Skipped, not sent: `last_run_at` stays, so the tick is due again at the next wake, one tick later.
-            return False, float(settings.GATEWAY_TICK_SECONDS)
+        if due and entry.task == TICK_TASK:
+            left = tick_rest.resting()
+            if left > 0:
+                # Skipped, not sent: `last_run_at` stays, so the tick is due again when the rest lapses.
+                self._rest_until = time.monotonic() + left
+                return False, left
+            self._rest_until = 0.0
         return due, next_in
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Celery's tick; a sleep it asks for while the tick rests is taken here, in `tick_rest.wait`, so that
+        a wake ends it. Woken, every entry is placed anew (the tick, due since the rest began, first)."""
+        interval = super().tick(*args, **kwargs)
+        if interval and interval > 0 and time.monotonic() < self._rest_until:
+            if tick_rest.wait(min(interval, self._rest_until - time.monotonic())):
+                self._rest_until = 0.0
+                self._heap = None  # (Celery's own cue to rebuild the heap from the schedule: see `tick`)
+            return 0
+        return interval

@@ -7,7 +7,7 @@ import os
 from functools import cached_property
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
 
 from gateway import worker_logs
@@ -107,11 +107,37 @@ def yield_the_cpu(**kwargs: Any) -> None:
         logging.getLogger("gateway.celery").warning("could not lower the worker's CPU priority: %s", exc)
 
 
+class QuietBrokerTimers(bootsteps.StartStopStep):
+    """A worker at rest wakes when something is due, not every second.
+
+    kombu's Redis transport (5.7) adds to the worker's event loop a timer firing every second to refresh
+    the binding tables of queues that expire (`x-expires`); the gateway's queues never expire, so each
+    firing does nothing but wake the worker — two thirds of an idle worker's wakes. Here that timer fires
+    every BINDING_REFRESH_SECONDS instead, as each time the consumer (re)registers with the event loop. Its
+    own schedule is unchanged: a binding is refreshed every third of its TTL (an hour at least) and swept
+    every minute, both now up to this much later. The loop then wakes for the broker's BRPOP
+    (`polling_interval`, 5 s) and kombu's 10 s timers. A kombu whose transport keeps no such timer is left as
+    it is (tests/gateway/test_worker_at_rest.py fails then, to look again)."""
+
+    BINDING_REFRESH_SECONDS = 30.0
+    requires = ("celery.worker.consumer.connection:Connection",)
+
+    def register_with_event_loop(self, consumer: Any, hub: Any) -> None:
+        cycle = getattr(consumer.connection.transport, "cycle", None)
+        every_second = getattr(cycle, "_binding_expiry_tref", None)
+        if every_second is None:
+            return
+        every_second.cancel()
+        refresh = cycle.maybe_refresh_binding_expiry
+        cycle._binding_expiry_tref = hub.call_repeatedly(self.BINDING_REFRESH_SECONDS, refresh)
+
+
 signals.celeryd_init.connect(yield_the_cpu, weak=False)
 signals.beat_init.connect(yield_the_cpu, weak=False)
 
 
 app = GatewayCelery("gateway", fixups=[django_fixup])
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.steps["consumer"].add(QuietBrokerTimers)
 app.autodiscover_tasks()
 tracing.configure()  # off unless OTEL_* variables ask for traces

@@ -249,7 +249,7 @@ CELERY_BEAT_SCHEDULE = {"gateway-tick": {"task": "approvals.tasks.tick", "schedu
 # A tick that leaves nothing due within the rest lets beat skip the ticks of this many seconds, until a worker's next
 # delivery or the commit of a request with a deadline or timer within the rest (gateway_utils.tick_rest;
 # Redis brokers only). 0: the tick never rests.
-GATEWAY_TICK_REST_SECONDS = env_int("GATEWAY_TICK_REST_SECONDS", 10)
+GATEWAY_TICK_REST_SECONDS = env_int("GATEWAY_TICK_REST_SECONDS", 30)
 if GATEWAY_TICK_REST_SECONDS < 0:
     raise ImproperlyConfigured(f"GATEWAY_TICK_REST_SECONDS must be 0 or more, got {GATEWAY_TICK_REST_SECONDS}")
 # How much lower than the server's the CPU priority of `celery worker` and `celery beat` is (their `nice`,

@@ -20,7 +20,7 @@ from gateway.celery import app
 from gateway_utils import tick_rest
 from tests.approvals.test_outbox_and_commands import SLACK_GATE
 from tests.conftest import WEB_GATE_CONFIG, apply_config, make_agent_client
-from tests.support import rewrite_request, wait_until
+from tests.support import InThread, rewrite_request, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +60,9 @@ def beat(tmp_path, celery_worker):
     thread.start()
     yield service
     service.stop()
+    tick_rest.wake()  # (a beat resting in Redis notices the stop when its wait ends: a signal ends it at once)
     thread.join(timeout=10)
+    assert not thread.is_alive()
 
 
 def test_a_tick_that_leaves_nothing_due_lets_beat_skip_the_next_ticks(tmp_path, fresh_clock, settings):
@@ -71,9 +73,10 @@ def test_a_tick_that_leaves_nothing_due_lets_beat_skip_the_next_ticks(tmp_path, 
     try:
         entry = scheduler.schedule["gateway-tick"]
         entry.last_run_at = entry.default_now() - dt.timedelta(minutes=1)
-        # Due by its own clock, yet not sent: asked again one tick later.
+        # Due by its own clock, yet not sent: asked again when the rest lapses.
         assert entry.is_due()[0]
-        assert scheduler.is_due(entry) == (False, float(settings.GATEWAY_TICK_SECONDS))
+        due, next_in = scheduler.is_due(entry)
+        assert not due and 0 < next_in <= settings.GATEWAY_TICK_REST_SECONDS
         tick_rest.wake()
         assert scheduler.is_due(entry)[0]
     finally:
@@ -110,6 +113,38 @@ def test_a_pending_request_due_within_a_rest_keeps_the_ticks_coming_and_one_due_
     ConfirmationRequest.objects.filter(pk=confirmation_id).update(escalated_at=timezone.now())
     assert tasks.tick.apply().get()["rest"] == 10
     agent.http.close()
+
+
+def _beat_waiting_in_redis() -> bool:
+    """Whether a client of the broker's database is blocked in BLPOP (beat's `tick_rest.wait`: the worker's
+    own wait for tasks is a BRPOP)."""
+    redis_client = tick_rest.client()
+    db = redis_client.connection_pool.connection_kwargs.get("db", 0)
+    return any(c.get("cmd") == "blpop" and int(c.get("db", -1)) == db for c in redis_client.client_list())
+
+
+def test_beat_resting_sleeps_in_redis_until_a_wake_and_then_sends_the_tick(fresh_clock, long_rest, beat):
+    """Resting, beat does not wake every tick to ask: it waits in one BLPOP, which `wake` (a delivery) ends;
+    the tick it then sends finds nothing due and rests again."""
+    assert tasks.tick.apply().get()["rest"] == 600
+    wait_until(_beat_waiting_in_redis, what="beat waiting in Redis for the rest's end")
+
+    tick_rest.wake()
+    assert tick_rest.resting() == 0
+    # Beat's tick, sent at the wake and run by the worker, found the gateway at rest again.
+    wait_until(lambda: tick_rest.resting() > 0, what="the tick sent by beat once woken")
+    wait_until(_beat_waiting_in_redis, what="beat waiting again")
+
+
+def test_the_wait_returns_without_redis_and_never_blocks_for_ever(settings):
+    """A wait shorter than Redis can time (it reads under 1 ms as "for ever") is a sleep; a broker that cannot
+    be reached costs beat a tick's sleep, never an error: it then asks `resting`, which sends the tick."""
+    assert InThread(tick_rest.wait, 0.0004).result(timeout=5) is False
+
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # (loopback, nothing listening)
+    settings.GATEWAY_TICK_SECONDS = 0.05
+    assert tick_rest.wait(5) is False
+    assert tick_rest.resting() == 0
 
 
 def test_without_a_redis_broker_the_tick_never_rests(fresh_clock, settings):
