@@ -109,3 +109,38 @@ def as_json_writes_it(value: Any) -> bytes:
     it first: `signing.told_decision_verifies`.) TypeError for what orjson does not write (an integer
     past 64 bits)."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+_ORJSON_INTS = range(-(2**63), 2**64)  # the integers orjson writes (past them: TypeError)
+_WRITTEN_ALIKE = frozenset({str, type(None), bool})  # what orjson and `canonical` write alike (ASCII text)
+
+
+def with_canonical_numbers(value: Any) -> Any:
+    """`value` (as `json.loads` made it) with each number `as_json_writes_it` writes otherwise than
+    `canonical` — an integer ending in 0, one past 64 bits, a float — standing in as its canonical text (an
+    `orjson.Fragment`, written as it is): `as_json_writes_it` of the result is then `canonical`'s text of
+    `value` wherever every string is ASCII, still in one call. Returns `value` itself if it holds no such
+    number. (So a notification whose request has an amount of 100, or an agent whose id is 10, is checked
+    without `canonical`'s walk: `signing.told_decision_verifies`.)"""
+    kind = type(value)
+    if kind is dict:
+        fixed = None
+        for key, item in value.items():
+            if type(item) in _WRITTEN_ALIKE:
+                continue
+            new = with_canonical_numbers(item)
+            if new is not item:
+                if fixed is None:
+                    fixed = dict(value)
+                fixed[key] = new
+        return value if fixed is None else fixed
+    if kind is int:
+        if (value % 10 or not value) and value in _ORJSON_INTS:
+            return value
+        return orjson.Fragment(canonical(value))
+    if kind is float:
+        return orjson.Fragment(canonical(value))
+    if kind is list:
+        items = [item if type(item) in _WRITTEN_ALIKE else with_canonical_numbers(item) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
+    return value

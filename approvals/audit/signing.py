@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from approvals.audit.canonical_text import as_json_writes_it, canonical
+from approvals.audit.canonical_text import as_json_writes_it, canonical, with_canonical_numbers
 from approvals.models import (
     ApproverResponse,
     AuditEntry,
@@ -129,8 +129,9 @@ def told_decision_verifies(model: type, told: Mapping[str, Any]) -> bool:
     (`approvals.services.records.changes_notify`): its signed fields and `decision_mac` as `json.loads`
     made them, a moment as ISO 8601 text or null. A woken waiter checks its state this way, 10,000 of
     them at once: the fields' JSON text made in one call is tried first (`as_json_writes_it`) — where it
-    is signed it is the canonical text — and only a row whose text is not signed (text not ASCII, a
-    number written otherwise, a field missing or added, or altered) is made the slow way."""
+    is signed it is the canonical text —, then, if the row holds a number that call writes otherwise, the
+    same with those numbers as `canonical` writes them (`with_canonical_numbers`); only a row whose text is
+    still not signed (text not ASCII, a field missing or added, or altered) is made the slow way."""
     mac = told.get("decision_mac")
     row = dict(told)
     row.pop("decision_mac", None)
@@ -146,6 +147,11 @@ def told_decision_verifies(model: type, told: Mapping[str, Any]) -> bool:
             return True
     except TypeError:  # (a number orjson does not write)
         pass
+    # A number the one call writes otherwise (an amount of 100, an agent's id of 10, a float): written as
+    # `canonical` writes it, and tried again in one call (~15 µs; the slow way ~55).
+    fixed = with_canonical_numbers(row)
+    if fixed is not row and _signs(mac, as_json_writes_it(fixed)):
+        return True
     try:
         row = {field: row[field] for field in SIGNED[model]}
     except KeyError:  # a signed field missing

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from approvals.audit import REQUEST_SIGNED, SOURCES, canonical, content_hash
-from approvals.audit.canonical_text import as_json_writes_it
+from approvals.audit.canonical_text import as_json_writes_it, with_canonical_numbers
 from approvals.audit.signing import _signed_text
 from approvals.models import ConfirmationRequest
 
@@ -151,6 +151,29 @@ def test_the_one_call_text_of_a_value_where_it_is_a_canonical_text_is_the_value_
     )
     assert as_json_writes_it({"a": 100}).decode() != canonical({"a": 100})  # (`1E+2`: checked the slow way)
     assert as_json_writes_it({"a": "é"}).decode() != canonical({"a": "é"})  # (`\u00e9`: likewise)
+
+
+def test_with_its_numbers_as_canonical_writes_them_the_one_call_text_is_the_canonical_text_of_ascii_values():
+    """The second try of `told_decision_verifies` (an amount of 100, an agent whose id is 10, a float): the
+    one-call text with those numbers written as `canonical` writes them. Where it is a canonical text of
+    anything it is this value's (nothing is believed that the slow check would not believe), and for every
+    value whose text is ASCII it is the canonical text — so such a decision is still checked in one call."""
+    rnd = random.Random(20261130)
+    fixed = 0
+    for _ in range(20_000):
+        value = {"k": _random_json(rnd), "n": _random_json(rnd)}
+        with_numbers = with_canonical_numbers(value)
+        text = as_json_writes_it(with_numbers).decode()
+        if canonical(json.loads(text)) == text:
+            assert canonical(value) == text, value
+        if text.isascii():
+            assert text == canonical(value), value
+            fixed += with_numbers is not value
+    assert fixed > 3_000
+    plain = {"a": [1, "x", None, True, -7], "b": {"z": 15}}
+    assert with_canonical_numbers(plain) is plain  # (nothing to write otherwise: the first try's text)
+    numbers = {"a": [100, 2.0, 2**70, -20, 0]}
+    assert as_json_writes_it(with_canonical_numbers(numbers)) == b'{"a":[1E+2,2,1180591620717411303424,-2E+1,0]}'
 
 
 @pytest.mark.parametrize(
