@@ -107,6 +107,9 @@ def parse_payload(payload: str) -> tuple[str, dict[str, Any] | None]:
     return payload, None
 
 
+_done = asyncio.Future.done
+
+
 class WaiterRegistry:
     """In-process map of confirmation id -> futures of the coroutines waiting on it.
 
@@ -159,7 +162,9 @@ class WaiterRegistry:
     def unwoken_ids(self) -> list[str]:
         """Every id with a waiter not woken yet (what the re-check looks at: one woken is already answering,
         or reading its row)."""
-        return [key for key, futures in self._waiters.items() if any(not future.done() for future in futures)]
+        # (`not all(map(done))`: the same as `any(not done)`, without a generator per id — 10,000 ids every
+        # re-check, on the event loop)
+        return [key for key, futures in self._waiters.items() if not all(map(_done, futures))]
 
     def is_waited(self, confirmation_id: str) -> bool:
         """Whether anyone waits on this id (`registered_ids` without copying every id)."""

@@ -188,3 +188,24 @@ def test_the_recheck_waits_while_the_event_loop_is_still_busy_answering_what_it_
         return done_while_busy, after.done()
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+def test_the_recheck_looks_at_every_id_with_a_waiter_not_yet_woken_in_any_form_a_uuid_takes():
+    """What the re-check asks the database about (`unwoken_ids`, then `_is_uuid`): an id is looked at while one
+    of its waiters is not woken yet, and any text `uuid.UUID` reads is an id — not only the canonical one."""
+
+    async def scene() -> None:
+        registry = realtime.WaiterRegistry()
+        woken, half, waiting_id = (str(uuid.uuid4()) for _ in range(3))
+        registry.register(woken).set_result(None)
+        registry.register(half).set_result(None)
+        registry.register(half)
+        registry.register(waiting_id)
+        assert sorted(registry.unwoken_ids()) == sorted([half, waiting_id])
+
+    asyncio.run(scene())
+    canonical = str(uuid.uuid4())
+    for text in (canonical, canonical.upper(), "{" + canonical + "}", canonical.replace("-", ""), "urn:uuid:" + canonical):
+        assert waiting._is_uuid(text), text
+    for text in ("", "not-a-uuid", canonical[:-1], canonical + "0", "g" + canonical[1:], " " + canonical):
+        assert not waiting._is_uuid(text), text
