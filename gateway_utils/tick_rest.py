@@ -88,7 +88,8 @@ def wake() -> None:
 
 def wait(seconds: float) -> bool:
     """Beat, resting: sleep until `wake` (True) or for `seconds` (False), at most one rest. Without Redis, or
-    when it fails, a plain sleep of at most one tick (beat then asks `resting` again, which sends the tick)."""
+    when it fails, a plain sleep of at most one tick: beat sleeps a tick at a time until the rest was to lapse,
+    then asks `resting`, which (Redis still away) says 0: the tick is sent."""
     seconds = min(seconds, float(settings.GATEWAY_TICK_REST_SECONDS))
     if seconds <= 0:
         return False
