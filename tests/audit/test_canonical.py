@@ -176,6 +176,26 @@ def test_with_its_numbers_as_canonical_writes_them_the_one_call_text_is_the_cano
     assert as_json_writes_it(with_canonical_numbers(numbers)) == b'{"a":[1E+2,2,1180591620717411303424,-2E+1,0]}'
 
 
+def test_a_moment_as_postgresql_writes_it_is_told_as_its_canonical_text():
+    """A notification's moments are PostgreSQL's JSON text: UTC, the fraction's trailing zeros dropped (none on a
+    whole second). Each is made into the canonical text of the same moment, whichever way it is written."""
+    from approvals.audit.signing import _moment_text
+
+    rnd = random.Random(20261130)
+    for _ in range(5_000):
+        moment = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+            seconds=rnd.randrange(10**8), microseconds=rnd.choice([0, 120000, 100, 999999, rnd.randrange(10**6)])
+        )
+        expected = canonical(moment)[1:-1]
+        written = moment.isoformat()  # (no fraction on a whole second)
+        if "." in written:
+            whole, _, rest = written.partition(".")
+            written = f"{whole}.{rest[:6].rstrip('0')}{rest[6:]}"
+        assert _moment_text(written) == expected, written
+        assert _moment_text(moment.astimezone(dt.timezone(dt.timedelta(hours=-5))).isoformat()) == expected
+    assert _moment_text(None) is None
+
+
 @pytest.mark.parametrize(
     "tool_args", [{"amount": 5, "to": "acme"}, {"amount": 100, "rate": 2.0}, {"é": ["10", 1e-7]}, {"n": 2**70 + 1}]
 )
