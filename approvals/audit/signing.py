@@ -161,10 +161,9 @@ def told_decision_verifies(model: type, told: Mapping[str, Any]) -> bool:
 
 
 _LABEL = "signed"  # the key beside a decision row's fields that names what is signed (`_signed_text`)
-# A moment as `canonical` writes it (UTC, microseconds): such text is its own canonical text.
-_CANONICAL_MOMENT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00")
-# A moment in UTC as PostgreSQL's JSON writes it: the fraction's trailing zeros dropped (none at all on a whole
-# second). Padded back to six digits it is the canonical text of the same moment.
+# A moment in UTC as `canonical` writes it (six digits of fraction: its own canonical text) or as PostgreSQL's
+# JSON writes it (the fraction's trailing zeros dropped, none at all on a whole second): padded back to six
+# digits, the canonical text of the same moment.
 _UTC_MOMENT = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]{1,6}))?\+00:00")
 
 
@@ -172,10 +171,9 @@ def _moment_text(value: Any) -> str | None:
     """The text `canonical` writes (without its quotes) of a moment told as ISO 8601 text; None for null."""
     if not value:
         return None
-    if _CANONICAL_MOMENT.fullmatch(value) is not None:
-        return value
     if (utc := _UTC_MOMENT.fullmatch(value)) is not None:
-        return f"{utc[1]}.{(utc[2] or '').ljust(6, '0')}+00:00"
+        fraction = utc[2] or ""
+        return value if len(fraction) == 6 else f"{utc[1]}.{fraction.ljust(6, '0')}+00:00"
     return dt.datetime.fromisoformat(value).astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
