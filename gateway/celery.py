@@ -141,3 +141,19 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.steps["consumer"].add(QuietBrokerTimers)
 app.autodiscover_tasks()
 tracing.configure()  # off unless OTEL_* variables ask for traces
+
+
+def prepare_embedded_broker() -> bool:
+    """Make the embedded broker's tables and queues (kombu's SQLAlchemy transport on SQLite: `make run`'s
+    default) in this one process, before the server, worker and beat start. Each makes what is missing as it
+    first connects, and two making them at once is a race one loses — `table kombu_message already exists`,
+    then `UNIQUE constraint failed: kombu_queue.name`, which the worker takes for an unrecoverable error: it
+    exits, and `approval-gateway run` stops everything. True if there was such a broker; any other (Redis)
+    needs nothing."""
+    if not str(app.conf.broker_url).startswith(("sqla+", "sqlalchemy+")):
+        return False
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel  # (opening it makes the tables)
+        for queue in app.amqp.queues.values():
+            queue.bind(channel).declare()
+    return True

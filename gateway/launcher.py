@@ -75,6 +75,8 @@ def run(host: str | None = None, port: str | None = None, prog: str = "approval-
         os.chdir(paths.SOURCE_ROOT)  # a clone's processes import its packages from here
     env = environment(host, port, prog)
     subprocess.run(command("migrate", "--noinput", "-v", "0"), check=True, env=env)
+    # The embedded broker's tables made once, here, not raced for by the processes below (gateway/celery.py).
+    subprocess.run([PY, "-c", "from gateway.celery import prepare_embedded_broker as p; p()"], check=True, env=env)
     # Printed again once everything runs, so it is the last thing on the screen.
     welcome = subprocess.run(command("demo_setup"), check=True, env=env, capture_output=True, text=True).stdout
     connections = channels_needing_connections(env)

@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import connection
 
@@ -96,15 +97,35 @@ def notify_select(select_payloads: str, channel: str = "%s") -> str:
     )
 
 
+# A number of 19 digits or more is where orjson may read a payload otherwise than `json.loads` (an integer past
+# 64 bits becomes a float): such a payload is read by `json.loads`. Found as a run of 19 "0"s once every ASCII
+# digit is made "0" and every other byte " " (`bytes.translate`, ~1 µs for a payload; a pattern took 8). A run
+# of digits inside a string — 19 of a MAC's hex digits in a row, now and then — sends it there too: slower,
+# never wrong.
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
 def parse_payload(payload: str) -> tuple[str, dict[str, Any] | None]:
-    """(id, state or None) from a notification's payload."""
+    """(id, state or None) from a notification's payload: what `json.loads` makes of it (the state's MAC is
+    checked against exactly those values), read by orjson in a third of the time where it makes the same —
+    ten thousand woken at once are read one after another by the listener — else by `json.loads`."""
     if payload.startswith("{"):
         try:
-            data = json.loads(payload)
+            data = _json_object(payload)
             return str(data["id"]), data
         except (ValueError, KeyError, TypeError):
             logger.warning("unreadable notification payload %r", payload[:100])
     return payload, None
+
+
+def _json_object(text: str) -> Any:
+    if _LONG_NUMBER not in text.encode(errors="surrogatepass").translate(_DIGITS):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # what orjson refuses and `json.loads` reads (NaN, a lone surrogate, 1e400)
+            pass
+    return json.loads(text)
 
 
 _done = asyncio.Future.done

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gateway_utils import whole_response
+
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
     """Poll `predicate` until it returns something truthy (returned), or fail the test after `timeout` s."""
@@ -147,6 +149,9 @@ class RequestLog:
             # first let a client read its answer and a test look at the log before the line was written).
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
+                if whole_response.BODY in message:  # a whole answer in one message (gateway_utils.whole_response)
+                    exchange.body += message[whole_response.BODY]
+                    exchange.ended = time.monotonic()
             elif message["type"] == "http.response.body":
                 exchange.body += message.get("body", b"")
                 if not message.get("more_body", False):

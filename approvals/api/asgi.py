@@ -53,7 +53,7 @@ from approvals.models import Agent, ApiKey
 from approvals.types import IDEMPOTENT_REPLAY, ConfirmationState, PreToolUseAnswer
 from approvals.waiting import agent_id_for_key, connection_given_back, db_call, parse_timeout, wait_for_final
 from gateway_client.claude_code import blocked_output
-from gateway_utils import logs, tracing
+from gateway_utils import logs, tracing, whole_response
 from gateway_utils.realtime import waiters
 from hooks.state import session_changed
 
@@ -199,7 +199,7 @@ class AgentApiMiddleware:
             return await _send_json(send, 404, error_body("not_found", f"no {what} {raw_id}"))
         # Built from the state the waiter has: no query, so it runs on the event loop.
         as_dict = selectors.question_as_dict if question else selectors.confirmation_as_dict
-        await _send_json(send, 200, as_dict(confirmation, url=url))
+        await _send_json(send, 200, as_dict(confirmation, url=url), scope=scope)
 
     async def _question(self, scope, receive, send) -> None:
         """POST /api/v1/questions: Django and DRF create the question; with `wait_seconds` the answer is
@@ -220,7 +220,7 @@ class AgentApiMiddleware:
         state = await wait_for_final(confirmation_id=answer["id"], agent_id=agent_id, timeout=wait_seconds)
         if state is None or not state.is_final:
             return await captured.forward(send)
-        await _send_json(send, 201, selectors.question_as_dict(state))
+        await _send_json(send, 201, selectors.question_as_dict(state), scope=scope)
 
     async def _pre_tool_use(self, scope, receive, send) -> None:
         body = await _read_body(receive)
@@ -263,7 +263,7 @@ class AgentApiMiddleware:
             return await final.forward(send)
         answered = final_answer(confirmation, answer)
         tracing.annotate({"gateway.decision": answered["decision"]})
-        await _send_json(send, 200, answered)
+        await _send_json(send, 200, answered, scope=scope)
 
 
 async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
@@ -319,7 +319,7 @@ async def serve_pre_tool_use(scope, body: bytes, send) -> bool:
         await _send_json(send, 500, error_body("internal_error", "the gateway failed while deciding; see its log"))
         return True
     tracing.annotate({"gateway.decision": result["decision"]})  # the final one, if it was waited for
-    await _send_json(send, 200, result)
+    await _send_json(send, 200, result, scope=scope)
     return True
 
 
@@ -456,13 +456,28 @@ class _CapturedResponse:
         await send({"type": "http.response.body", "body": bytes(self.body)})
 
 
+_JSON = (b"content-type", b"application/json")
+
+
 async def _send_json(
-    send, status: int, data: dict[str, Any], *, close: bool = False, extra: list[tuple[bytes, bytes]] = ()
+    send,
+    status: int,
+    data: dict[str, Any],
+    *,
+    close: bool = False,
+    extra: list[tuple[bytes, bytes]] = (),
+    scope: dict[str, Any] | None = None,
 ) -> None:
+    """`data` as the JSON answer; given the request's `scope`, in ONE message where the server offers that
+    (`gateway_utils.whole_response`: the answers ten thousand woken waiters get one after another)."""
     body = json_body(data)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    headers = [_JSON, *extra]
     if close:
         headers.append((b"connection", b"close"))
+    if scope is not None and whole_response.offered(scope):
+        start = {"type": "http.response.start", "status": status, "headers": headers, whole_response.BODY: body}
+        return await send(start)
+    headers.insert(1, (b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

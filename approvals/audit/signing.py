@@ -104,8 +104,15 @@ def audit_key(key_id: str) -> bytes | None:
 
 
 def _mac(key: bytes, text: str | bytes) -> str:
-    data = text.encode() if isinstance(text, str) else text
-    return hmac.digest(key, data, "sha256").hex()  # (one C call: `hmac.new(…).hexdigest()`'s text)
+    mac = _keyed(key).copy()  # (a third less than `hmac.digest`, which sets the key up again each time)
+    mac.update(text.encode() if isinstance(text, str) else text)
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed(key: bytes) -> hmac.HMAC:
+    """HMAC-SHA256 under `key`, set up once, before any data: each MAC is a copy of it."""
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def decision_mac(model: type, row: Any, *, fields: tuple[str, ...] | None = None) -> str:

@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import enum
 import hashlib
+import hmac
 import json
 import random
 import uuid
@@ -19,6 +20,7 @@ import pytest
 
 from approvals.audit import REQUEST_SIGNED, SOURCES, canonical, content_hash
 from approvals.audit.canonical_text import as_json_writes_it, with_canonical_numbers
+from approvals.audit import signing
 from approvals.audit.signing import _signed_text
 from approvals.models import ConfirmationRequest
 
@@ -219,3 +221,16 @@ def test_a_told_decision_verifies_exactly_when_its_row_does(tool_args):
     assert not told_decision_verifies(ConfirmationRequest, {**told, "decided_at": "not a moment"})
     assert not told_decision_verifies(ConfirmationRequest, {k: v for k, v in told.items() if k != "risk"})
     assert not told_decision_verifies(ConfirmationRequest, {**told, "decision_mac": told["decision_mac"][:-1] + "é"})
+
+
+def test_every_mac_is_hmac_sha256_of_its_text_under_its_key_alone():
+    """`_mac` copies an HMAC set up once per key: each MAC is of its own text (nothing of the texts before
+    it), under its own key, as `hmac.new(key, text, sha256)` makes it — for text and bytes, keys in turn."""
+    rnd = random.Random(7)
+    keys = [rnd.randbytes(rnd.choice([16, 40, 64, 100])) for _ in range(3)]
+    for _ in range(300):
+        key = rnd.choice(keys)
+        text = "".join(rnd.choice("ab{}é\u2028") for _ in range(rnd.randrange(200)))
+        data = text.encode() if rnd.random() < 0.5 else text
+        expected = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+        assert signing._mac(key, data) == expected

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from gateway.http_protocol import OneWriteProtocol
+from gateway_utils import whole_response
 
 BODY = b'{"status":"approved"}'
 
@@ -67,7 +69,36 @@ async def redirect(scope, receive, send):
     await send({"type": "http.response.body", "body": b""})
 
 
-APPS = {"known_length": known_length, "in_parts": in_parts, "streamed": streamed, "empty": empty, "redirect": redirect}
+def whole(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Any:
+    """An app answering as the agent API's hot paths do: in one message where the server offers it
+    (`gateway_utils.whole_response`), else as the two (the length added unless the app gives its own)."""
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if whole_response.offered(scope):
+            await send({"type": "http.response.start", "status": status, "headers": headers, whole_response.BODY: body})
+            return
+        own = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers)
+        length = [] if own else [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": [*headers, *length]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+JSON = (b"content-type", b"application/json")
+APPS = {
+    "known_length": known_length,
+    "in_parts": in_parts,
+    "streamed": streamed,
+    "empty": empty,
+    "redirect": redirect,
+    "whole": whole(200, [JSON, (b"x-gateway-version", b"1.0")], BODY),
+    "whole_closing": whole(401, [JSON, (b"Connection", b"keep-alive, Close")], BODY),
+    "whole_empty": whole(200, [], b""),
+    "whole_own_length": whole(200, [JSON, (b"Content-Length", b"%d" % len(BODY))], BODY),
+}
 REQUESTS = {
     "one": b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     "head": b"HEAD / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
@@ -117,7 +148,8 @@ def test_every_answer_reaches_the_client_byte_for_byte_as_uvicorns_own_protocol_
             received[name] = {request: server.exchange(raw) for request, raw in REQUESTS.items()}
     assert received["gateway"] == received["uvicorn"]
     assert received["gateway"]["one"].startswith(b"HTTP/1.1 ")
-    assert received["gateway"]["pipelined"].count(b"HTTP/1.1 ") == 2
+    # (an app that asks for the connection to be closed is answered once: the second request is never read)
+    assert received["gateway"]["pipelined"].count(b"HTTP/1.1 ") == (1 if app == "whole_closing" else 2)
 
 
 class _Recording(asyncio.Transport):
@@ -240,3 +272,67 @@ async def test_an_app_that_fails_after_its_head_closes_the_connection_without_a_
 
     writes = await _writes(OneWriteProtocol, app, REQUESTS["one"], lambda t: t.closed)
     assert writes == []
+
+
+@_run
+async def test_an_answer_sent_whole_in_one_message_is_written_once_as_uvicorn_writes_it_from_two():
+    """The hot paths' answers (`gateway_utils.whole_response`): offered by this protocol only; written in one
+    write, byte for byte what uvicorn writes from the two messages the app sends it instead — kept alive,
+    closed (asked by the client or by the app), and a HEAD (which goes through uvicorn: no body)."""
+    offered = {}
+
+    async def looks(scope, receive, send):
+        offered[len(offered)] = whole_response.offered(scope)
+        await known_length(scope, receive, send)
+
+    await _writes(HttpToolsProtocol, looks, REQUESTS["one"], lambda t: t.closed)
+    await _writes(OneWriteProtocol, looks, REQUESTS["one"], lambda t: t.closed)
+    assert offered == {0: False, 1: True}
+
+    for app, request in (
+        (APPS["whole"], REQUESTS["one"]),
+        (APPS["whole"], REQUESTS["http10"]),
+        (APPS["whole_closing"], b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"),
+        (APPS["whole_empty"], REQUESTS["one"]),
+    ):
+        theirs = await _writes(HttpToolsProtocol, app, request, lambda t: t.closed)
+        ours = await _writes(OneWriteProtocol, app, request, lambda t: t.closed)
+        assert len(theirs) == 2 and ours == [b"".join(theirs)], (request, theirs, ours)
+
+    keep_alive = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+    answered = lambda t: any(BODY in w for w in t.writes)  # noqa: E731 (kept alive: never closed)
+    theirs = await _writes(HttpToolsProtocol, APPS["whole"], keep_alive, answered)
+    ours = await _writes(OneWriteProtocol, APPS["whole"], keep_alive, answered)
+    assert b"connection: close" not in theirs[0] and ours == [b"".join(theirs)]
+
+    theirs = await _writes(HttpToolsProtocol, APPS["whole"], REQUESTS["head"], lambda t: t.closed)
+    ours = await _writes(OneWriteProtocol, APPS["whole"], REQUESTS["head"], lambda t: t.closed)
+    assert ours == theirs and BODY not in b"".join(ours)
+
+
+@_run
+async def test_an_answer_sent_whole_is_logged_as_uvicorn_logs_it():
+    """The access line of an answer written whole (`uvicorn.access`, INFO) is the one uvicorn writes."""
+    lines: dict[str, list[str]] = {"uvicorn": [], "gateway": []}
+    for name, protocol_class in (("uvicorn", HttpToolsProtocol), ("gateway", OneWriteProtocol)):
+        config = uvicorn.Config(APPS["whole_closing"], log_level="info", lifespan="off")  # (sets up its loggers)
+        config.load()
+        handler = logging.Handler()
+        handler.emit = lambda record, kept=lines[name]: kept.append(record.getMessage())
+        logger = logging.getLogger("uvicorn.access")
+        logger.addHandler(handler)
+        try:
+            for request in (REQUESTS["one"], b"GET /x?y=1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"):
+                protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+                transport = _Recording()
+                protocol.connection_made(transport)
+                protocol.data_received(request)
+                for _ in range(1000):
+                    if transport.closed:
+                        break
+                    await asyncio.sleep(0)
+                protocol.connection_lost(None)
+        finally:
+            logger.removeHandler(handler)
+    expected = ['127.0.0.1:50000 - "GET / HTTP/1.1" 401', '127.0.0.1:50000 - "GET /x?y=1 HTTP/1.1" 401']
+    assert lines["gateway"] == lines["uvicorn"] == expected

@@ -86,3 +86,77 @@ def test_run_reports_the_process_that_died_and_exits_with_its_status(tmp_path, m
     assert status != 0
     assert "stopped before the server answered: server exited with" in said.err
     assert "Ctrl-C stops everything" not in said.out
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_embedded_broker_is_prepared_once_before_the_processes_that_share_it_start(tmp_path):
+    """`run` makes the SQLite broker's tables and queue first (`prepare_embedded_broker`): the server, worker
+    and beat then each find them made, where making them at once is a race one loses (`UNIQUE constraint
+    failed: kombu_queue.name` stops the worker). Four processes connecting at once to the prepared broker
+    and declaring the queue all do; a Redis broker needs nothing."""
+    import sqlite3
+
+    broker = f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
+    prepare = "from gateway.celery import prepare_embedded_broker as p; print(p())"
+    made = _python(prepare, CELERY_BROKER_URL=broker)
+    assert made.returncode == 0 and made.stdout.strip() == "True", made.stderr
+    with sqlite3.connect(tmp_path / "broker.sqlite3") as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        queues = [row[0] for row in db.execute("SELECT name FROM kombu_queue")]
+    assert {"kombu_queue", "kombu_message"} <= tables and queues == ["celery"]
+
+    declare = (
+        "from gateway.celery import app\n"
+        "with app.connection_for_write() as c:\n"
+        "    [q.bind(c.default_channel).declare() for q in app.amqp.queues.values()]\n"
+    )
+    import os
+
+    at_once = [
+        subprocess.Popen([sys.executable, "-c", declare], env={**os.environ, "CELERY_BROKER_URL": broker},
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]  # fmt: skip
+    for proc in at_once:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+
+    redis = _python(prepare, CELERY_BROKER_URL="redis://127.0.0.1:6379/5")
+    assert redis.returncode == 0 and redis.stdout.strip() == "False", redis.stderr
+
+
+def test_run_prepares_the_embedded_broker_after_migrating_and_before_starting_anything(tmp_path, monkeypatch):
+    """The order `run` follows (each command as it would run it, none run): migrate, the broker, the demo,
+    then the processes."""
+    calls: list[str] = []
+
+    def ran(argv, **kwargs):
+        calls.append(" ".join(argv[1:]))
+        return subprocess.CompletedProcess(argv, 0, stdout="", stderr="")
+
+    def started(argv, **kwargs):
+        calls.append("start " + " ".join(argv[1:]))
+        raise SystemExit(0)  # (nothing is started)
+
+    monkeypatch.setattr(launcher.subprocess, "run", ran)
+    monkeypatch.setattr(launcher.subprocess, "Popen", started)
+    monkeypatch.setenv("GATEWAY_VAR_DIR", str(tmp_path))
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        launcher.run(port="1")
+    except SystemExit:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    migrate, broker, demo = (
+        next(i for i, c in enumerate(calls) if what in c) for what in ("migrate", "prepare_embedded_broker", "demo_setup")
+    )
+    first_start = next(i for i, c in enumerate(calls) if c.startswith("start "))
+    assert migrate < broker < demo < first_start, calls
