@@ -187,4 +187,5 @@ class OneWriteProtocol(HttpToolsProtocol):
         # The cycle uvicorn just made (its task is created, not yet run): the same object, our `send`.
         if type(cycle) is RequestResponseCycle and not cycle.response_started:
             cycle.__class__ = OneWriteCycle
-            cycle.scope.setdefault("extensions", {})[WHOLE] = {}  # (the app has not run yet)
+            # (the app has not run yet: it sees the extension from the start)
+            cycle.scope["extensions"] = {**(cycle.scope.get("extensions") or {}), WHOLE: {}}

@@ -19,4 +19,4 @@ BODY = "gateway.body"
 
 def offered(scope: dict[str, Any]) -> bool:
     """Whether the server serving `scope` takes a whole answer in one message."""
-    return WHOLE in scope.get("extensions", ())
+    return WHOLE in (scope.get("extensions") or ())

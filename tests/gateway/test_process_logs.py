@@ -211,6 +211,46 @@ def test_the_worker_writes_only_json_its_banner_too_and_a_delivery_line_names_th
     agent.http.close()
 
 
+def test_beat_stopped_while_it_sends_the_tick_sends_it_and_exits_0(started, tmp_path, monkeypatch):
+    """A stop (SIGTERM) that comes while beat is sending a task is handled once the task is sent
+    (`gateway.beat.Scheduler.apply_async`): Celery's handler used to close the schedule and raise in the middle
+    of the send — a read from a closed socket, the tick not sent, exit status 1. Beat here uses a Redis of
+    its own, told to hold every write for a few seconds (CLIENT PAUSE) once beat has started: the tick's
+    send waits in it, and the stop comes then."""
+    import redis
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        own = redis.Redis(port=port)
+        wait_until(lambda: _answers(own), what="the test's own Redis")
+        monkeypatch.setenv("CELERY_BROKER_URL", f"redis://127.0.0.1:{port}/0")
+        schedule = str(tmp_path / "schedule")
+        beat = started(command("celery", "-A", "gateway", "beat", "-s", schedule, "--loglevel", "INFO"))
+        beat.wait_for("beat: Starting...", timeout=START_TIMEOUT)
+        own.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
+        beat.wait_for("Scheduler: Sending due task gateway-tick")
+        assert own.llen("celery") == 0  # (held: the send has not gone through)
+        assert beat.stop() == 0, beat.transcript()
+        assert own.llen("celery") == 1, beat.transcript()  # the tick, sent
+        assert not [r for r in beat.records() if r["level"] in ("ERROR", "CRITICAL")], beat.transcript()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _answers(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
 def test_beat_writes_only_json_its_banner_too(started, tmp_path):
     beat = started(
         command("celery", "-A", "gateway", "beat", "-s", str(tmp_path / "celerybeat-schedule"), "--loglevel", "INFO")
