@@ -5,8 +5,10 @@ and the next request was refused), and a server that dies first stops the run in
 from __future__ import annotations
 
 import io
+import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -89,8 +91,6 @@ def test_run_reports_the_process_that_died_and_exits_with_its_status(tmp_path, m
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    import os
-
     return subprocess.run(
         [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
     )
@@ -101,8 +101,6 @@ def test_the_embedded_broker_is_prepared_once_before_the_processes_that_share_it
     and beat then each find them made, where making them at once is a race one loses (`UNIQUE constraint
     failed: kombu_queue.name` stops the worker). Four processes connecting at once to the prepared broker
     and declaring the queue all do; a Redis broker needs nothing."""
-    import sqlite3
-
     broker = f"sqla+sqlite:///{tmp_path / 'broker.sqlite3'}"
     prepare = "from gateway.celery import prepare_embedded_broker as p; print(p())"
     made = _python(prepare, CELERY_BROKER_URL=broker)
@@ -117,8 +115,6 @@ def test_the_embedded_broker_is_prepared_once_before_the_processes_that_share_it
         "with app.connection_for_write() as c:\n"
         "    [q.bind(c.default_channel).declare() for q in app.amqp.queues.values()]\n"
     )
-    import os
-
     at_once = [
         subprocess.Popen([sys.executable, "-c", declare], env={**os.environ, "CELERY_BROKER_URL": broker},
                          stderr=subprocess.PIPE, text=True)
